@@ -1,0 +1,84 @@
+"""create_app(): the Litestar factory, nothing else."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from litestar import Litestar
+
+from .auth import LOCAL_AGENT, TokenTable, ensure_local_token, load_tokens
+from .config import Settings
+from .rpc.dispatcher import Dispatcher
+from .rpc.registry import Registry
+from .rpc.route import build_rpc_route
+from .runtime import Runtime
+from .search.embedder import Embedder
+from .services import Services, build_services
+from .system.routes import agent_card, health, ready
+
+log = logging.getLogger("cstp")
+
+
+def build_registry() -> Registry:
+    from .decisions import rpc as decisions_rpc
+    from .guardrails import rpc as guardrails_rpc
+
+    registry = Registry()
+    decisions_rpc.register(registry)
+    guardrails_rpc.register(registry)
+    return registry
+
+
+def resolve_tokens(settings: Settings) -> TokenTable:
+    tokens = load_tokens(settings)
+    if not tokens:
+        token, created = ensure_local_token(settings.data_dir)
+        tokens = {token: LOCAL_AGENT}
+        log.warning(
+            "no CSTP_AUTH_TOKENS configured: agent '%s' uses the token kept in %s%s",
+            LOCAL_AGENT, settings.data_dir / "local-token", " (new)" if created else "",
+        )
+    return TokenTable(tokens)
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    runtime: Runtime | None = None,
+    embedder: Embedder | None = None,
+    start_relay: bool = True,
+) -> Litestar:
+    settings = settings or Settings.from_env()
+    tokens = resolve_tokens(settings)
+    services = build_services(settings, runtime, embedder)
+    registry = build_registry()
+    dispatcher = Dispatcher(registry, services)
+
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        if start_relay and settings.relay_enabled:
+            services.background.append(asyncio.create_task(services.relay.loop()))
+        try:
+            yield
+        finally:
+            await services.close()
+
+    app = Litestar(
+        route_handlers=[build_rpc_route(settings.max_body_bytes), health, ready, agent_card],
+        lifespan=[lifespan],
+        debug=False,
+        logging_config=None,
+    )
+    app.state.services = services
+    app.state.registry = registry
+    app.state.dispatcher = dispatcher
+    app.state.tokens = tokens
+    return app
+
+
+def services_of(app: Litestar) -> Services:
+    services: Services = app.state.services
+    return services

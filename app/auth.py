@@ -1,0 +1,70 @@
+"""Bearer tokens → agent ids, compared in constant time.
+
+With no tokens configured the server does not run open: ``ensure_local_token`` creates one
+for agent ``local`` and keeps it in the data dir (mode 0600) so it survives restarts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+from collections.abc import Mapping
+from pathlib import Path
+
+from .config import ConfigError, Settings, parse_tokens
+
+LOCAL_AGENT = "local"
+LOCAL_TOKEN_FILE = "local-token"
+
+
+class TokenTable:
+    """Looks a presented token up against every configured token, without early exit."""
+
+    def __init__(self, tokens: Mapping[str, str]) -> None:
+        if not tokens:
+            raise ConfigError("no bearer tokens configured")
+        self._entries = [(hashlib.sha256(t.encode()).digest(), a) for t, a in tokens.items()]
+
+    def agent_for(self, authorization: str | None) -> str | None:
+        if not authorization:
+            return None
+        scheme, _, token = authorization.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            return None
+        presented = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
+        found: str | None = None
+        for digest, agent in self._entries:
+            if hmac.compare_digest(digest, presented):
+                found = agent
+        return found
+
+
+def load_tokens(settings: Settings) -> dict[str, str]:
+    """Tokens from CSTP_AUTH_TOKENS and the tokens file (token -> agent)."""
+    tokens = dict(settings.auth_tokens)
+    if settings.tokens_file is not None:
+        try:
+            raw = settings.tokens_file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"CSTP_TOKENS_FILE cannot be read: {exc.strerror}") from None
+        tokens.update(parse_tokens(raw, "CSTP_TOKENS_FILE"))
+    return tokens
+
+
+def ensure_local_token(data_dir: Path) -> tuple[str, bool]:
+    """The persisted token of agent ``local``: (token, created_now)."""
+    path = data_dir / LOCAL_TOKEN_FILE
+    if path.exists():
+        token = path.read_text(encoding="utf-8").strip()
+        if token:
+            return token, False
+    data_dir.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(token + "\n")
+    os.chmod(path, 0o600)
+    return token, True

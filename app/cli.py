@@ -1,0 +1,198 @@
+"""The ``cstp`` command: serve, database and outbox operations (client commands: clientcli)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import click
+
+from .config import ConfigError, Settings
+
+T = TypeVar("T")
+
+
+def _settings() -> Settings:
+    try:
+        return Settings.from_env()
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level, logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _run(coro_fn: Callable[[], Awaitable[T]]) -> T:
+    return asyncio.run(coro_fn())  # type: ignore[arg-type]
+
+
+@click.group()
+def main() -> None:
+    """CSTP server: decision memory and guardrails for AI agents."""
+
+
+@main.command()
+@click.option("--host", default=None, help="Bind address (default CSTP_HOST or 127.0.0.1).")
+@click.option("--port", default=None, type=int, help="Port (default CSTP_PORT or 9991).")
+@click.option("--workers", default=1, show_default=True, help="Server processes.")
+def serve(host: str | None, port: int | None, workers: int) -> None:
+    """Apply pending migrations, then serve JSON-RPC on /cstp."""
+    import uvicorn
+
+    from .auth import LOCAL_AGENT, ensure_local_token, load_tokens
+    from .db import migrate
+
+    settings = _settings()
+    _setup_logging(settings.log_level)
+    host = host or settings.host
+    port = port or settings.port
+    try:
+        tokens = load_tokens(settings)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    _run(lambda: migrate.upgrade(settings.database_url))
+    if not tokens:
+        _token, created = ensure_local_token(settings.data_dir)
+        path = (settings.data_dir / "local-token").absolute()
+        click.echo(
+            f"No CSTP_AUTH_TOKENS set: {'created' if created else 'using'} a token for agent "
+            f"'{LOCAL_AGENT}' in {path}\n"
+            f"  export CSTP_TOKEN=$(cat {path})\n"
+            f"  curl -H \"Authorization: Bearer $CSTP_TOKEN\" http://{host}:{port}/cstp ...",
+            err=True,
+        )
+    click.echo(
+        f"database: {_redact(settings.database_url)}\n"
+        f"decisions: {settings.decisions_dir.absolute()}\n"
+        f"vector index: {settings.chroma_url or (settings.data_dir / 'chroma').absolute()}\n"
+        f"listening on http://{host}:{port}",
+        err=True,
+    )
+    if workers > 1 and not settings.chroma_url:
+        raise click.ClickException(
+            "several workers need a Chroma server (CSTP_CHROMA_URL): the embedded index is "
+            "not safe across processes"
+        )
+    uvicorn.run(
+        "app.asgi:create_app", factory=True, host=host, port=port, workers=workers,
+        log_level=settings.log_level.lower(), access_log=False,
+    )
+
+
+def _redact(url: str) -> str:
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return url
+
+
+@main.group()
+def db() -> None:
+    """Schema migrations (Alembic)."""
+
+
+@db.command("upgrade")
+@click.argument("revision", default="head")
+def db_upgrade(revision: str) -> None:
+    """Upgrade the database to REVISION (default: head)."""
+    from .db import migrate
+
+    settings = _settings()
+    _run(lambda: migrate.upgrade(settings.database_url, revision))
+    click.echo(f"at {_run(lambda: migrate.current(settings.database_url))}")
+
+
+@db.command("downgrade")
+@click.argument("revision")
+def db_downgrade(revision: str) -> None:
+    """Downgrade the database to REVISION ('base' removes every table)."""
+    from .db import migrate
+
+    settings = _settings()
+    _run(lambda: migrate.downgrade(settings.database_url, revision))
+    click.echo(f"at {_run(lambda: migrate.current(settings.database_url))}")
+
+
+@db.command("current")
+def db_current() -> None:
+    """Show the database's revision and the newest one."""
+    from .db import migrate
+
+    settings = _settings()
+    current = _run(lambda: migrate.current(settings.database_url))
+    click.echo(f"current: {current or 'none'}\nhead: {migrate.head_revision()}")
+
+
+@db.command("check")
+def db_check() -> None:
+    """Fail when the models and the migrated schema differ."""
+    from .db import migrate
+
+    settings = _settings()
+    diffs = _run(lambda: migrate.drift(settings.database_url))
+    if diffs:
+        for diff in diffs:
+            click.echo(f"drift: {diff}", err=True)
+        raise click.ClickException(f"{len(diffs)} difference(s) between models and schema")
+    click.echo("models and schema agree")
+
+
+def _with_services(work: Callable[[Any], Awaitable[T]]) -> T:
+    """Run ``work(services)`` against the configured database and index, then close."""
+    from .services import build_services
+
+    settings = _settings()
+
+    async def go() -> T:
+        services = build_services(settings)
+        try:
+            return await work(services)
+        finally:
+            await services.close()
+
+    return _run(go)
+
+
+@main.group(invoke_without_command=True)
+@click.pass_context
+def outbox(ctx: click.Context) -> None:
+    """Show pending and dead outbox events."""
+    if ctx.invoked_subcommand is not None:
+        return
+
+    async def show(services: Any) -> None:
+        from .outbox.admin import describe
+
+        for line in await describe(services):
+            click.echo(line)
+
+    _with_services(show)
+
+
+@outbox.command("retry")
+def outbox_retry() -> None:
+    """Re-queue dead events."""
+    count = _with_services(lambda s: s.relay.retry_dead())
+    click.echo(f"re-queued {count} dead event(s)")
+
+
+@outbox.command("drain")
+def outbox_drain() -> None:
+    """Process every pending event now."""
+    stats = _with_services(lambda s: s.relay.drain())
+    click.echo(f"done {stats.done}, failed {stats.failed}, dead {stats.dead}")
+    if stats.failed:
+        sys.exit(1)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,163 @@
+"""Typed settings read from ``CSTP_*`` environment variables.
+
+Settings are read when the app is built (``Settings.from_env()``), never at import time, so
+tests can build several apps with different settings in one process.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+DEFAULT_CATEGORIES = ("architecture", "process", "integration", "tooling", "security")
+DEFAULT_RATE_LIMITS = "default=600/60,cstp.announceIntent=120/60"
+DEFAULT_AGENT_NAME = "cognition-engines"
+DEFAULT_PORT = 9991
+
+
+class ConfigError(Exception):
+    """A setting is invalid; the message names the variable and says what is expected."""
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    count: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path = Path("./data")
+    database_url: str = ""
+    decisions_dir: Path = Path("./decisions")
+    chroma_url: str | None = None
+    redis_url: str | None = None
+    auth_tokens: Mapping[str, str] = field(default_factory=dict)  # token -> agent id
+    tokens_file: Path | None = None
+    rate_limits: Mapping[str, RateLimit] = field(default_factory=dict)
+    guardrails_dir: Path | None = None
+    agent_name: str = DEFAULT_AGENT_NAME
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    categories: tuple[str, ...] = DEFAULT_CATEGORIES
+    max_body_bytes: int = 1_048_576
+    max_batch: int = 50
+    outbox_max_attempts: int = 8
+    outbox_poll_seconds: float = 2.0
+    relay_enabled: bool = True
+    log_level: str = "INFO"
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+    def with_overrides(self, **changes: object) -> Settings:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        data_dir = Path(env.get("CSTP_DATA_DIR") or "./data")
+        database_url = env.get("CSTP_DATABASE_URL") or ""
+        if not database_url:
+            database_url = f"sqlite+aiosqlite:///{(data_dir / 'cstp.db').absolute()}"
+        elif not (
+            database_url.startswith("sqlite+aiosqlite://")
+            or database_url.startswith("postgresql+asyncpg://")
+        ):
+            raise ConfigError(
+                "CSTP_DATABASE_URL must start with sqlite+aiosqlite:// or postgresql+asyncpg://"
+            )
+        tokens_file = env.get("CSTP_TOKENS_FILE")
+        return cls(
+            data_dir=data_dir,
+            database_url=database_url,
+            decisions_dir=Path(env.get("CSTP_DECISIONS_DIR") or "./decisions"),
+            chroma_url=env.get("CSTP_CHROMA_URL") or None,
+            redis_url=env.get("CSTP_REDIS_URL") or None,
+            auth_tokens=parse_tokens(env.get("CSTP_AUTH_TOKENS"), "CSTP_AUTH_TOKENS"),
+            tokens_file=Path(tokens_file) if tokens_file else None,
+            rate_limits=parse_rate_limits(env.get("CSTP_RATE_LIMITS") or DEFAULT_RATE_LIMITS),
+            guardrails_dir=_opt_path(env.get("CSTP_GUARDRAILS_DIR")),
+            agent_name=env.get("CSTP_AGENT_NAME") or DEFAULT_AGENT_NAME,
+            host=env.get("CSTP_HOST") or "127.0.0.1",
+            port=_int(env, "CSTP_PORT", DEFAULT_PORT, 1, 65535),
+            categories=_categories(env.get("CSTP_CATEGORIES")),
+            max_body_bytes=_int(env, "CSTP_MAX_BODY_BYTES", 1_048_576, 1024, 1 << 30),
+            max_batch=_int(env, "CSTP_MAX_BATCH", 50, 1, 10_000),
+            outbox_max_attempts=_int(env, "CSTP_OUTBOX_MAX_ATTEMPTS", 8, 1, 1000),
+            log_level=(env.get("CSTP_LOG_LEVEL") or "INFO").upper(),
+        )
+
+
+def _opt_path(value: str | None) -> Path | None:
+    return Path(value) if value else None
+
+
+def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
+    if not low <= value <= high:
+        raise ConfigError(f"{name} must be between {low} and {high}, got {value}")
+    return value
+
+
+def _categories(raw: str | None) -> tuple[str, ...]:
+    extra = [c.strip() for c in (raw or "").split(",") if c.strip()]
+    return DEFAULT_CATEGORIES + tuple(c for c in extra if c not in DEFAULT_CATEGORIES)
+
+
+def parse_tokens(raw: str | None, source: str) -> dict[str, str]:
+    """Parse ``agent:token`` pairs (comma- or newline-separated) into token -> agent.
+
+    An empty token or agent is refused: a server must never accept an empty bearer token.
+    """
+    tokens: dict[str, str] = {}
+    if raw is None:
+        return tokens
+    for index, item in enumerate(re.split(r"[,\n]", raw), start=1):
+        item = item.strip()
+        if not item or item.startswith("#"):
+            continue
+        agent, sep, token = item.partition(":")
+        agent, token = agent.strip(), token.strip()
+        if not sep or not agent or not token:
+            raise ConfigError(
+                f"{source}: entry {index} must be 'agent:token' with a non-empty agent and token"
+            )
+        if token in tokens and tokens[token] != agent:
+            raise ConfigError(f"{source}: the same token is given to two agents")
+        tokens[token] = agent
+    if raw.strip() and not tokens:
+        raise ConfigError(f"{source} is set but holds no 'agent:token' pair")
+    return tokens
+
+
+_RATE = re.compile(r"^\s*([\w.*-]+)\s*=\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)\s*$")
+
+
+def parse_rate_limits(raw: str) -> dict[str, RateLimit]:
+    """Parse ``default=600/60,cstp.announceIntent=120/60`` (count per seconds)."""
+    limits: dict[str, RateLimit] = {}
+    for item in raw.split(","):
+        if not item.strip():
+            continue
+        match = _RATE.match(item)
+        if not match:
+            raise ConfigError(
+                f"CSTP_RATE_LIMITS: {item.strip()!r} must look like 'method=count/seconds'"
+            )
+        name, count, seconds = match.group(1), int(match.group(2)), float(match.group(3))
+        if count < 1 or seconds <= 0:
+            raise ConfigError(f"CSTP_RATE_LIMITS: {name} needs a count >= 1 and seconds > 0")
+        limits[name] = RateLimit(count, seconds)
+    limits.setdefault("default", RateLimit(600, 60.0))
+    return limits

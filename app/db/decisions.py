@@ -1,0 +1,79 @@
+"""Decision tables: one row per decision, its reasons, its tags and its review history."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from .base import Base, UtcDateTime
+
+
+class Decision(Base):
+    __tablename__ = "decisions"
+
+    id: Mapped[str] = mapped_column(String(8), primary_key=True)
+    summary: Mapped[str] = mapped_column(Text)
+    decision: Mapped[str] = mapped_column(Text)
+    category: Mapped[str] = mapped_column(String(64), index=True)
+    confidence: Mapped[float] = mapped_column(Float)
+    stakes: Mapped[str] = mapped_column(String(16), index=True)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    recorded_by: Mapped[str] = mapped_column(String(128), index=True)
+    context: Mapped[str | None] = mapped_column(Text)
+    mental_state: Mapped[str | None] = mapped_column(String(16))
+    review_in: Mapped[str | None] = mapped_column(String(16))
+    review_by: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    kpi_indicators: Mapped[list[str] | None] = mapped_column(JSON)
+    pre_query_run: Mapped[bool | None] = mapped_column(Boolean)
+    pre_similar_found: Mapped[int | None] = mapped_column(Integer)
+    pre_guardrails_checked: Mapped[bool | None] = mapped_column(Boolean)
+    pre_guardrails_passed: Mapped[bool | None] = mapped_column(Boolean)
+    project: Mapped[str | None] = mapped_column(String(256), index=True)
+    feature: Mapped[str | None] = mapped_column(String(256))
+    pr: Mapped[int | None] = mapped_column(Integer)
+    file: Mapped[str | None] = mapped_column(Text)
+    line: Mapped[int | None] = mapped_column(Integer)
+    commit: Mapped[str | None] = mapped_column(String(64))
+    # Latest review, copied from decision_reviews so reads need no join.
+    outcome: Mapped[str | None] = mapped_column(String(16), index=True)
+    reviewed_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    reviewed_by: Mapped[str | None] = mapped_column(String(128))
+    actual_result: Mapped[str | None] = mapped_column(Text)
+    lessons: Mapped[str | None] = mapped_column(Text)
+    review_notes: Mapped[str | None] = mapped_column(Text)
+    affected_kpis: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+    reasons: Mapped[list[DecisionReason]] = relationship(
+        order_by="DecisionReason.position", lazy="raise", cascade="all, delete-orphan"
+    )
+    tags: Mapped[list[DecisionTag]] = relationship(
+        order_by="DecisionTag.position", lazy="raise", cascade="all, delete-orphan"
+    )
+
+
+class DecisionReason(Base):
+    __tablename__ = "decision_reasons"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    decision_id: Mapped[str] = mapped_column(
+        ForeignKey("decisions.id", ondelete="CASCADE"), index=True
+    )
+    position: Mapped[int] = mapped_column(Integer)
+    type: Mapped[str] = mapped_column(String(16))
+    text: Mapped[str] = mapped_column(Text)
+    strength: Mapped[float] = mapped_column(Float)
+
+
+class DecisionTag(Base):
+    __tablename__ = "decision_tags"
+    __table_args__ = (Index("ix_decision_tags_tag", "tag"),)
+
+    decision_id: Mapped[str] = mapped_column(
+        ForeignKey("decisions.id", ondelete="CASCADE"), primary_key=True
+    )
+    tag: Mapped[str] = mapped_column(String(128), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer)

@@ -1,0 +1,87 @@
+"""Engines and transactions for SQLite and Postgres.
+
+SQLite is set up to behave like Postgres where it matters: foreign keys on, WAL, and explicit
+``BEGIN`` statements issued by SQLAlchemy instead of the driver's implicit ones. Write
+transactions start with ``BEGIN IMMEDIATE`` and are serialised in-process by an asyncio lock,
+so concurrent writers queue fairly instead of failing with "database is locked" when a
+deferred transaction tries to upgrade its lock. Reads use a second engine with plain
+``BEGIN`` so they never wait for a writer (WAL readers see the last commit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from sqlalchemy import event, text
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+
+
+def _sqlite_engine(url: str, begin: str) -> AsyncEngine:
+    engine = create_async_engine(
+        url, pool_size=8, max_overflow=8, connect_args={"timeout": 30}, pool_pre_ping=False
+    )
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # SQLAlchemy issues BEGIN itself
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql(begin)
+
+    return engine
+
+
+class Database:
+    """Owns the engines; hands out one transaction at a time per caller."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.is_sqlite = url.startswith("sqlite")
+        if self.is_sqlite:
+            self.write_engine = _sqlite_engine(url, "BEGIN IMMEDIATE")
+            self.read_engine = _sqlite_engine(url, "BEGIN")
+        else:
+            self.write_engine = create_async_engine(
+                url, pool_size=10, max_overflow=10, pool_pre_ping=True
+            )
+            self.read_engine = self.write_engine
+        self._write_sessions = async_sessionmaker(self.write_engine, expire_on_commit=False)
+        self._read_sessions = async_sessionmaker(self.read_engine, expire_on_commit=False)
+        self._write_lock: asyncio.Lock | None = asyncio.Lock() if self.is_sqlite else None
+
+    @asynccontextmanager
+    async def transaction(self, *, write: bool = True) -> AsyncIterator[AsyncSession]:
+        """One transaction: committed when the block ends, rolled back if it raises."""
+        if write and self._write_lock is not None:
+            async with self._write_lock:
+                async with self._session(write=True) as session:
+                    yield session
+        else:
+            async with self._session(write=write) as session:
+                yield session
+
+    @asynccontextmanager
+    async def _session(self, *, write: bool) -> AsyncIterator[AsyncSession]:
+        factory = self._write_sessions if write else self._read_sessions
+        async with factory() as session:
+            async with session.begin():
+                yield session
+
+    async def ping(self) -> None:
+        async with self.read_engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+
+    async def dispose(self) -> None:
+        await self.write_engine.dispose()
+        if self.read_engine is not self.write_engine:
+            await self.read_engine.dispose()

@@ -1,0 +1,193 @@
+"""One place that turns a decision row into what the outside world sees of it.
+
+The YAML export, the vector index entry and the wire shape are all built here, from the row,
+so record, review, reindex and import can never drift apart.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import selectinload
+
+from app.db.decisions import Decision
+from app.runtime import iso
+from app.search.filters import tag_metadata
+from app.search.index import IndexEntry
+
+SUMMARY_LENGTH = 120
+
+
+def summarize(text: str) -> str:
+    """A one-line title: whitespace folded, cut at a word near SUMMARY_LENGTH characters."""
+    flat = re.sub(r"\s+", " ", text).strip()
+    if len(flat) <= SUMMARY_LENGTH:
+        return flat
+    cut = flat[:SUMMARY_LENGTH].rsplit(" ", 1)[0] or flat[:SUMMARY_LENGTH]
+    return cut.rstrip(" ,.;:") + "…"
+
+
+def relative_path(decision: Decision) -> str:
+    """``decisions/YYYY/MM/YYYY-MM-DD-decision-<id>.yaml``: only the row's date and id."""
+    created = decision.created_at
+    return (
+        f"decisions/{created:%Y}/{created:%m}/"
+        f"{created:%Y-%m-%d}-decision-{decision.id}.yaml"
+    )
+
+
+async def load_decisions(session: AsyncSession, ids: Sequence[str]) -> dict[str, Decision]:
+    if not ids:
+        return {}
+    rows = await session.scalars(
+        select(Decision)
+        .where(Decision.id.in_(list(ids)))
+        .options(selectinload(Decision.reasons), selectinload(Decision.tags))
+    )
+    return {row.id: row for row in rows}
+
+
+def tags_of(decision: Decision) -> list[str]:
+    return [t.tag for t in decision.tags]
+
+
+def _pre_decision(d: Decision) -> dict[str, Any]:
+    values = {
+        "query_run": d.pre_query_run,
+        "similar_found": d.pre_similar_found,
+        "guardrails_checked": d.pre_guardrails_checked,
+        "guardrails_passed": d.pre_guardrails_passed,
+    }
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def export_fields(d: Decision) -> dict[str, Any]:
+    """The canonical YAML mapping, in SPEC.md section 3's key order, empty keys left out."""
+    fields: dict[str, Any] = {
+        "id": d.id,
+        "summary": d.summary,
+        "decision": d.decision,
+        "category": d.category,
+        "confidence": d.confidence,
+        "stakes": d.stakes,
+        "status": d.status,
+        "date": iso(d.created_at),
+        "context": d.context,
+        "reasons": [{"type": r.type, "text": r.text, "strength": r.strength} for r in d.reasons],
+        "kpi_indicators": list(d.kpi_indicators or []),
+        "mental_state": d.mental_state,
+        "review_by": iso(d.review_by) if d.review_by else None,
+        "tags": tags_of(d),
+        "pre_decision": _pre_decision(d),
+        "recorded_by": d.recorded_by,
+        "project": d.project,
+        "feature": d.feature,
+        "pr": d.pr,
+        "file": d.file,
+        "line": d.line,
+        "commit": d.commit,
+        "outcome": d.outcome,
+        "reviewed_at": iso(d.reviewed_at) if d.reviewed_at else None,
+        "reviewed_by": d.reviewed_by,
+        "actual_result": d.actual_result,
+        "lessons": d.lessons,
+        "review_notes": d.review_notes,
+        "affected_kpis": dict(d.affected_kpis or {}),
+    }
+    return {k: v for k, v in fields.items() if v is not None and v != [] and v != {}}
+
+
+def index_entry(d: Decision) -> IndexEntry:
+    """The vector index document and metadata; filters in app.search.filters read these keys."""
+    parts = [d.decision]
+    if d.context:
+        parts.append(d.context)
+    parts.extend(r.text for r in d.reasons)
+    metadata: dict[str, Any] = {
+        "title": d.summary,
+        "category": d.category,
+        "stakes": d.stakes,
+        "status": d.status,
+        "confidence": float(d.confidence),
+        "created_at": d.created_at.timestamp(),
+        "date": iso(d.created_at),
+        "agent": d.recorded_by,
+        "project": d.project,
+        "feature": d.feature,
+        "pr": d.pr,
+        "has_outcome": d.outcome is not None,
+        "outcome": d.outcome,
+    }
+    metadata.update(tag_metadata(tags_of(d)))
+    clean = {k: v for k, v in metadata.items() if v is not None}
+    return IndexEntry(id=d.id, document="\n".join(parts), metadata=clean)
+
+
+def wire(d: Decision, *, reviews: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Every stored field of a decision, camelCase, for getDecision."""
+    out: dict[str, Any] = {
+        "id": d.id,
+        "title": d.summary,
+        "summary": d.summary,
+        "decision": d.decision,
+        "category": d.category,
+        "confidence": d.confidence,
+        "stakes": d.stakes,
+        "status": d.status,
+        "date": iso(d.created_at),
+        "createdAt": iso(d.created_at),
+        "context": d.context,
+        "reasons": [{"type": r.type, "text": r.text, "strength": r.strength} for r in d.reasons],
+        "kpiIndicators": list(d.kpi_indicators or []),
+        "mentalState": d.mental_state,
+        "reviewIn": d.review_in,
+        "reviewBy": iso(d.review_by) if d.review_by else None,
+        "tags": tags_of(d),
+        "preDecision": {
+            "queryRun": d.pre_query_run,
+            "similarFound": d.pre_similar_found,
+            "guardrailsChecked": d.pre_guardrails_checked,
+            "guardrailsPassed": d.pre_guardrails_passed,
+        },
+        "recordedBy": d.recorded_by,
+        "project": d.project,
+        "feature": d.feature,
+        "pr": d.pr,
+        "file": d.file,
+        "line": d.line,
+        "commit": d.commit,
+        "outcome": d.outcome,
+        "reviewedAt": iso(d.reviewed_at) if d.reviewed_at else None,
+        "reviewedBy": d.reviewed_by,
+        "actualResult": d.actual_result,
+        "lessons": d.lessons,
+        "reviewNotes": d.review_notes,
+        "affectedKpis": d.affected_kpis,
+        "path": relative_path(d),
+    }
+    if reviews is not None:
+        out["reviews"] = reviews
+    return out
+
+
+def list_item(d: Decision) -> dict[str, Any]:
+    """The short form used by listDecisions."""
+    item: dict[str, Any] = {
+        "id": d.id,
+        "title": d.summary,
+        "category": d.category,
+        "confidence": d.confidence,
+        "stakes": d.stakes,
+        "status": d.status,
+        "date": iso(d.created_at),
+        "agent": d.recorded_by,
+        "tags": tags_of(d),
+    }
+    for key, value in (("outcome", d.outcome), ("project", d.project)):
+        if value is not None:
+            item[key] = value
+    return item

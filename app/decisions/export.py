@@ -1,0 +1,71 @@
+"""The canonical YAML file of a decision, written atomically.
+
+Canonical: fixed key order, no empty keys, UTF-8, block style, and byte-identical output for
+the same row, so exporting again changes nothing and diffs of the tree stay meaningful.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from app.db.decisions import Decision
+
+from .document import export_fields, relative_path
+
+
+class _CanonicalDumper(yaml.SafeDumper):
+    """SafeDumper that never emits aliases (each mapping stands on its own)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def render(decision: Decision) -> bytes:
+    text = yaml.dump(
+        export_fields(decision),
+        Dumper=_CanonicalDumper,
+        sort_keys=False,
+        allow_unicode=True,
+        default_flow_style=False,
+        width=100,
+    )
+    return text.encode("utf-8")
+
+
+def target_path(root: Path, decision: Decision) -> Path:
+    """The file under ``root`` (CSTP_DECISIONS_DIR); built only from the row's date and id."""
+    rel = relative_path(decision).removeprefix("decisions/")
+    return root / rel
+
+
+def write_atomic(path: Path, content: bytes) -> bool:
+    """Replace ``path`` with ``content`` via a temp file + rename; False when already equal."""
+    try:
+        if path.read_bytes() == content:
+            return False
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".yaml", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(content)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return True
+
+
+def export_decision(root: Path, decision: Decision) -> Path:
+    path = target_path(root, decision)
+    write_atomic(path, render(decision))
+    return path

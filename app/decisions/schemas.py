@@ -1,0 +1,95 @@
+"""Wire structs of the decision methods: strict at the edge, camelCase on the wire."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+NonBlank = Annotated[str, Meta(pattern=r"\S", max_length=20_000)]
+ShortText = Annotated[str, Meta(pattern=r"\S", max_length=256)]
+Unit = Annotated[float, Meta(ge=0.0, le=1.0)]
+Tag = Annotated[str, Meta(pattern=r"\S", max_length=128)]
+DecisionId = Annotated[str, Meta(pattern=r"^[0-9a-f]{8}$")]
+CorrelationId = Annotated[str, Meta(pattern=r"^[A-Za-z0-9._:-]{1,128}$")]
+Stakes = Literal["low", "medium", "high", "critical"]
+Status = Literal["pending", "reviewed"]
+Outcome = Literal["success", "partial", "failure", "abandoned"]
+ReasonType = Literal[
+    "authority", "analogy", "analysis", "pattern", "intuition", "empirical", "elimination",
+    "constraint",
+]
+MentalState = Literal["deliberate", "reactive", "exploratory", "habitual", "pressured"]
+ReviewIn = Annotated[str, Meta(pattern=r"^[1-9][0-9]{0,3}[dwm]$")]
+Order = Literal["asc", "desc"]
+SortKey = Literal["createdAt", "confidence", "category", "stakes", "status"]
+
+
+class Struct(msgspec.Struct, rename="camel", kw_only=True):
+    """Base of every params struct: camelCase names, unknown fields ignored."""
+
+
+class ReasonIn(Struct):
+    type: ReasonType
+    text: NonBlank
+    strength: Unit = 0.8
+
+
+class PreDecisionIn(Struct):
+    query_run: bool | None = None
+    similar_found: Annotated[int, Meta(ge=0)] | None = None
+    guardrails_checked: bool | None = None
+    guardrails_passed: bool | None = None
+
+
+class RecordDecisionParams(Struct):
+    decision: NonBlank
+    confidence: Unit
+    category: ShortText
+    stakes: Stakes = "medium"
+    context: str | None = None
+    reasons: Annotated[list[ReasonIn], Meta(max_length=100)] = []
+    kpi_indicators: Annotated[list[ShortText], Meta(max_length=100)] = []
+    mental_state: MentalState | None = None
+    review_in: ReviewIn | None = None
+    tags: Annotated[list[Tag], Meta(max_length=100)] = []
+    pre_decision: PreDecisionIn | None = None
+    project: ShortText | None = None
+    feature: ShortText | None = None
+    pr: Annotated[int, Meta(ge=0)] | None = None
+    file: Annotated[str, Meta(max_length=4096)] | None = None
+    line: Annotated[int, Meta(ge=0)] | None = None
+    commit: Annotated[str, Meta(max_length=64)] | None = None
+    correlation_id: CorrelationId | None = None
+
+
+class GetDecisionParams(Struct):
+    id: DecisionId
+
+
+class ListDecisionsParams(Struct):
+    limit: Annotated[int, Meta(ge=1, le=500)] = 20
+    offset: Annotated[int, Meta(ge=0)] = 0
+    category: ShortText | None = None
+    stakes: Stakes | None = None
+    status: Status | None = None
+    agent: ShortText | None = None
+    tags: Annotated[list[Tag], Meta(max_length=50)] = []
+    date_from: str | None = None
+    date_to: str | None = None
+    search: Annotated[str, Meta(max_length=1000)] | None = None
+    sort: SortKey = "createdAt"
+    order: Order = "desc"
+
+
+class RecordDecisionResult(msgspec.Struct, rename="camel"):
+    success: bool
+    id: str
+    path: str
+    indexed: bool
+    timestamp: str
+
+
+def drop_none(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if v is not None}

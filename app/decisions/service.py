@@ -1,0 +1,183 @@
+"""Record, get and list decisions. Services never commit: the rpc layer owns the transaction."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Select, func, or_, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import selectinload
+
+from app.db.decisions import Decision, DecisionReason, DecisionTag
+from app.rpc.context import CallContext
+from app.rpc.errors import RpcError, STORAGE_ERROR, decision_not_found, invalid_params
+from app.rpc.params import parse_timestamp
+from app.runtime import iso
+
+from . import document
+from .schemas import GetDecisionParams, ListDecisionsParams, RecordDecisionParams
+from .schemas import RecordDecisionResult
+
+REVIEW_UNITS = {"d": 1, "w": 7, "m": 30}
+MAX_ID_DRAWS = 20
+
+
+def review_delta(review_in: str) -> timedelta:
+    return timedelta(days=int(review_in[:-1]) * REVIEW_UNITS[review_in[-1]])
+
+
+def _unique(values: list[str]) -> list[str]:
+    seen: dict[str, None] = {}
+    for value in values:
+        seen.setdefault(value.strip(), None)
+    return list(seen)
+
+
+async def _insert_with_fresh_id(ctx: CallContext, decision: Decision) -> None:
+    """Draw ids until one is free; a collision is detected by the primary key, never an
+    overwrite, even when two transactions draw the same id at once."""
+    for _ in range(MAX_ID_DRAWS):
+        decision.id = ctx.services.runtime.decision_id()
+        if await ctx.session.get(Decision, decision.id) is not None:
+            continue
+        try:
+            async with ctx.session.begin_nested():
+                ctx.session.add(decision)
+                await ctx.session.flush()
+            return
+        except IntegrityError:
+            ctx.session.expunge(decision)
+            continue
+    raise RpcError(STORAGE_ERROR, "Storage error: no free decision id could be drawn")
+
+
+async def record(ctx: CallContext, p: RecordDecisionParams) -> RecordDecisionResult:
+    settings = ctx.services.settings
+    if p.category not in settings.categories:
+        raise invalid_params("category", "must be one of: " + ", ".join(settings.categories))
+    now = ctx.services.runtime.now()
+    pre = p.pre_decision
+    decision = Decision(
+        summary=document.summarize(p.decision),
+        decision=p.decision.strip(),
+        category=p.category,
+        confidence=float(p.confidence),
+        stakes=p.stakes,
+        status="pending",
+        created_at=now,
+        recorded_by=ctx.agent,
+        context=p.context,
+        mental_state=p.mental_state,
+        review_in=p.review_in,
+        review_by=now + review_delta(p.review_in) if p.review_in else None,
+        kpi_indicators=_unique(p.kpi_indicators) or None,
+        pre_query_run=pre.query_run if pre else None,
+        pre_similar_found=pre.similar_found if pre else None,
+        pre_guardrails_checked=pre.guardrails_checked if pre else None,
+        pre_guardrails_passed=pre.guardrails_passed if pre else None,
+        project=p.project,
+        feature=p.feature,
+        pr=p.pr,
+        file=p.file,
+        line=p.line,
+        commit=p.commit,
+    )
+    decision.reasons = [
+        DecisionReason(position=i, type=r.type, text=r.text, strength=float(r.strength))
+        for i, r in enumerate(p.reasons)
+    ]
+    decision.tags = [DecisionTag(tag=t, position=i) for i, t in enumerate(_unique(p.tags))]
+    await _insert_with_fresh_id(ctx, decision)
+    relay = ctx.services.relay
+    events = relay.enqueue(ctx.session, decision.id)
+    await ctx.session.flush()
+    result = RecordDecisionResult(
+        success=True, id=decision.id, path=document.relative_path(decision),
+        indexed=False, timestamp=iso(now),
+    )
+    index_event = next(e.id for e in events if e.kind == "index")
+
+    async def deliver() -> None:
+        stats = await relay.process(events)
+        result.indexed = index_event in stats.done_ids
+
+    ctx.on_commit(deliver)
+    return result
+
+
+async def load_one(session: AsyncSession, decision_id: str) -> Decision:
+    found = await document.load_decisions(session, [decision_id])
+    if decision_id not in found:
+        raise decision_not_found(decision_id)
+    return found[decision_id]
+
+
+async def get(ctx: CallContext, p: GetDecisionParams) -> dict[str, Any]:
+    decision = await load_one(ctx.session, p.id)
+    return {"found": True, "decision": document.wire(decision, reviews=[])}
+
+
+_SORT = {
+    "createdAt": Decision.created_at,
+    "confidence": Decision.confidence,
+    "category": Decision.category,
+    "stakes": Decision.stakes,
+    "status": Decision.status,
+}
+
+
+def _filtered(p: ListDecisionsParams) -> Select[tuple[Decision]]:
+    query = select(Decision)
+    for column, value in (
+        (Decision.category, p.category),
+        (Decision.stakes, p.stakes),
+        (Decision.status, p.status),
+        (Decision.recorded_by, p.agent),
+    ):
+        if value is not None:
+            query = query.where(column == value)
+    for tag in _unique(p.tags):
+        query = query.where(
+            select(DecisionTag.decision_id)
+            .where(DecisionTag.decision_id == Decision.id, DecisionTag.tag == tag)
+            .exists()
+        )
+    if p.date_from:
+        query = query.where(Decision.created_at >= parse_timestamp("dateFrom", p.date_from))
+    if p.date_to:
+        query = query.where(Decision.created_at < parse_timestamp("dateTo", p.date_to))
+    if p.search and p.search.strip():
+        needle = "%" + _escape_like(p.search.strip().lower()) + "%"
+        query = query.where(
+            or_(
+                func.lower(Decision.decision).like(needle, escape="\\"),
+                func.lower(func.coalesce(Decision.context, "")).like(needle, escape="\\"),
+            )
+        )
+    return query
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+async def list_decisions(ctx: CallContext, p: ListDecisionsParams) -> dict[str, Any]:
+    query = _filtered(p)
+    total = await ctx.session.scalar(select(func.count()).select_from(query.subquery()))
+    column = _SORT[p.sort]
+    ordering = column.asc() if p.order == "asc" else column.desc()
+    tiebreak = Decision.id.asc() if p.order == "asc" else Decision.id.desc()
+    rows = await ctx.session.scalars(
+        query.options(selectinload(Decision.tags))
+        .order_by(ordering, tiebreak)
+        .offset(p.offset)
+        .limit(p.limit)
+    )
+    return {
+        "decisions": [document.list_item(d) for d in rows],
+        "total": int(total or 0),
+        "limit": p.limit,
+        "offset": p.offset,
+    }

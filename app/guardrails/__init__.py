@@ -1,0 +1,1 @@
+"""Guardrail rules: loaded from YAML (``rules``), evaluated against facts (``evaluate``)."""

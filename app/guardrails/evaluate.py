@@ -1,0 +1,218 @@
+"""Evaluation of a loaded rule set against one request's facts.
+
+Pure and synchronous: no I/O, so the same facts and rule set always give the same verdict and
+the caller can store that verdict (with ``version``) for audit. A rule that cannot be evaluated
+fails closed when it blocks: a type mix-up in a request must never wave a risky action through.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from app.guardrails.rules import Action, Condition, Rule, RuleSet, Scalar
+
+MAX_RENDERED_FACT = 200
+"""Facts are caller input; a long one is cut so it cannot flood every message it appears in."""
+
+_PLACEHOLDER = re.compile(r"\{([A-Za-z0-9_.-]+)\}")
+_MISSING: Any = object()
+_ORDER: dict[str, Callable[[Any, Any], bool]] = {
+    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+}
+
+
+class GuardrailEvalError(Exception):
+    """A condition compared incompatible types (e.g. a string fact with ``<`` and a number)."""
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    """A fired (or failed) rule as reported to the client; ``error`` is set only on failure."""
+
+    guardrail_id: str
+    name: str
+    message: str
+    severity: Action
+    suggestion: str | None
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The API item shape: ``{guardrailId, name, message, severity, suggestion?}``."""
+        out: dict[str, Any] = {
+            "guardrailId": self.guardrail_id,
+            "name": self.name,
+            "message": self.message,
+            "severity": self.severity,
+        }
+        if self.suggestion is not None:
+            out["suggestion"] = self.suggestion
+        return out
+
+
+@dataclass(frozen=True)
+class RuleCheck:
+    """Audit record of one applicable rule: did it fire, or why could it not be evaluated."""
+
+    guardrail_id: str
+    severity: Action
+    fired: bool
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The verdict. ``allowed`` is False exactly when a block rule fired or failed."""
+
+    allowed: bool
+    violations: tuple[RuleResult, ...]
+    warnings: tuple[RuleResult, ...]
+    evaluated: int
+    errors: int
+    failed: bool
+    results: tuple[RuleCheck, ...]
+    version: str
+
+
+def evaluate(rule_set: RuleSet, facts: Mapping[str, Any], scope: str | None) -> Evaluation:
+    """Evaluate every rule that applies to project ``scope``, in load order."""
+    applicable = rule_set.applicable(scope)
+    violations: list[RuleResult] = []
+    warnings: list[RuleResult] = []
+    checks: list[RuleCheck] = []
+    errors = 0
+    for rule in applicable:
+        bucket = violations if rule.action == "block" else warnings
+        try:
+            fired = rule_fires(rule, facts)
+        except Exception as exc:  # noqa: BLE001 - any failure must fail closed, not crash
+            errors += 1
+            detail = str(exc) or type(exc).__name__
+            checks.append(RuleCheck(rule.id, rule.action, fired=False, error=detail))
+            bucket.append(RuleResult(
+                guardrail_id=rule.id,
+                name=rule.description,
+                message=f"Guardrail '{rule.id}' could not be evaluated",
+                severity=rule.action,
+                suggestion=None,
+                error=detail,
+            ))
+            continue
+        checks.append(RuleCheck(rule.id, rule.action, fired=fired))
+        if fired:
+            bucket.append(RuleResult(
+                guardrail_id=rule.id,
+                name=rule.description,
+                message=render_message(rule.message, facts),
+                severity=rule.action,
+                suggestion=rule.suggestion,
+            ))
+    return Evaluation(
+        allowed=not violations,
+        violations=tuple(violations),
+        warnings=tuple(warnings),
+        evaluated=len(applicable),
+        errors=errors,
+        failed=bool(applicable) and errors == len(applicable),
+        results=tuple(checks),
+        version=rule_set.version,
+    )
+
+
+def rule_fires(rule: Rule, facts: Mapping[str, Any]) -> bool:
+    """All conditions hold and (no requirements, or some requirement is unmet).
+
+    Every condition is evaluated (no short-circuit) so that a type error surfaces regardless of
+    the order the conditions were written in; requirements only matter once the rule applies.
+    """
+    if not all([condition_holds(c, facts) for c in rule.conditions]):
+        return False
+    if not rule.requirements:
+        return True
+    return not all([condition_holds(r, facts) for r in rule.requirements])
+
+
+def condition_holds(condition: Condition, facts: Mapping[str, Any]) -> bool:
+    """Test one fact; a missing (or null) fact never satisfies a condition or requirement."""
+    fact = facts.get(condition.field, _MISSING)
+    if fact is _MISSING or fact is None:
+        return False
+    op, value = condition.op, condition.value
+    if op in ("in", "not in"):
+        assert isinstance(value, tuple)
+        found = any(_equal(fact, item) for item in value)
+        return found if op == "in" else not found
+    assert not isinstance(value, tuple)
+    if op == "==":
+        return _equal(fact, value)
+    if op == "!=":
+        return not _equal(fact, value)
+    if (_is_number(fact) and _is_number(value)) or (isinstance(fact, str)
+                                                    and isinstance(value, str)):
+        return _ORDER[op](fact, value)
+    raise GuardrailEvalError(
+        f"cannot compare {_type_name(fact)} fact '{condition.field}' with "
+        f"{_type_name(value)} using '{op}'")
+
+
+def render_message(template: str, facts: Mapping[str, Any]) -> str:
+    """Replace ``{name}`` with the fact's text, ``?`` when missing.
+
+    Plain substitution, never ``str.format``: templates are operator text and facts are caller
+    text, and format's attribute/index syntax would let either reach into Python objects.
+    """
+    def substitute(match: re.Match[str]) -> str:
+        fact = facts.get(match.group(1))
+        return "?" if fact is None else _fact_text(fact)
+
+    return _PLACEHOLDER.sub(substitute, template)
+
+
+def _is_number(value: object) -> bool:
+    """Ints and floats mix freely; bools are not numbers here (True must not equal 1)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _equal(fact: object, value: Scalar) -> bool:
+    """Type-aware equality: mismatched kinds are simply unequal, never an error."""
+    if isinstance(fact, bool) or isinstance(value, bool):
+        return isinstance(fact, bool) and isinstance(value, bool) and fact == value
+    if _is_number(fact) and _is_number(value):
+        return fact == value
+    if isinstance(fact, str) and isinstance(value, str):
+        return fact == value
+    return False
+
+
+def _type_name(value: object) -> str:
+    """JSON vocabulary, since facts arrive as JSON and rule authors think in those terms."""
+    if isinstance(value, bool):
+        return "boolean"
+    if _is_number(value):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (list, tuple)):
+        return "list"
+    if isinstance(value, Mapping):
+        return "object"
+    return type(value).__name__
+
+
+def _fact_text(fact: object) -> str:
+    """JSON-like rendering (``true`` not ``True``), cut to ``MAX_RENDERED_FACT`` characters."""
+    if isinstance(fact, str):
+        text = fact
+    elif isinstance(fact, bool):
+        text = "true" if fact else "false"
+    elif _is_number(fact):
+        text = str(fact)
+    else:
+        text = json.dumps(fact, ensure_ascii=False, default=str)
+    if len(text) > MAX_RENDERED_FACT:
+        text = text[: MAX_RENDERED_FACT - 1] + "…"
+    return text

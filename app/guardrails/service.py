@@ -1,0 +1,106 @@
+"""Evaluate guardrails for a request and store the evaluation as rows.
+
+Used by checkGuardrails, announceIntent and recordDecision alike, so every check an agent
+causes is stored the same way, with the version of the rule set in force.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from app.db.guardrails import GuardrailEvaluation, GuardrailRuleResult
+from app.rpc.context import CallContext
+from app.rpc.errors import GUARDRAIL_EVAL_FAILED, RpcError, invalid_params
+from app.runtime import iso
+
+from .evaluate import Evaluation, evaluate
+
+CORE_FIELDS = ("description", "category", "stakes", "confidence")
+
+
+@dataclass(frozen=True)
+class Request:
+    description: str
+    category: str | None
+    stakes: str | None
+    confidence: float | None
+    project: str | None
+    context: Mapping[str, Any]
+
+
+def facts_of(request: Request) -> dict[str, Any]:
+    """Context keys first, then the core fields, which context can never override."""
+    facts = {k: v for k, v in request.context.items() if k not in CORE_FIELDS}
+    facts.update(
+        description=request.description, category=request.category,
+        stakes=request.stakes, confidence=request.confidence,
+    )
+    if request.project is not None:
+        facts["project"] = request.project
+    return {k: v for k, v in facts.items() if v is not None}
+
+
+def scope_of(request: Request) -> str | None:
+    if request.project:
+        return request.project
+    project = request.context.get("project")
+    return project if isinstance(project, str) else None
+
+
+@dataclass(frozen=True)
+class Checked:
+    evaluation: Evaluation
+    evaluation_id: str
+    evaluated_at: str
+
+    def wire(self, agent: str) -> dict[str, Any]:
+        ev = self.evaluation
+        return {
+            "allowed": ev.allowed,
+            "violations": [v.as_dict() for v in ev.violations],
+            "warnings": [w.as_dict() for w in ev.warnings],
+            "evaluated": ev.evaluated,
+            "evaluatedAt": self.evaluated_at,
+            "agent": agent,
+            "evaluationId": self.evaluation_id,
+            "ruleSetVersion": ev.version,
+        }
+
+
+async def check(ctx: CallContext, request: Request, source: str) -> Checked:
+    """Evaluate and store. -32004 only when no applicable rule could be evaluated."""
+    settings = ctx.services.settings
+    if request.category is not None and request.category not in settings.categories:
+        raise invalid_params("category", "must be one of: " + ", ".join(settings.categories))
+    facts = facts_of(request)
+    evaluation = evaluate(ctx.services.rules, facts, scope_of(request))
+    if evaluation.failed:
+        raise RpcError(GUARDRAIL_EVAL_FAILED, "Guardrail evaluation failed: no rule could be "
+                       "evaluated for this request")
+    now = ctx.services.runtime.now()
+    row = GuardrailEvaluation(
+        id=ctx.services.runtime.uuid(), agent=ctx.agent, source=source, evaluated_at=now,
+        description=request.description, category=request.category, stakes=request.stakes,
+        confidence=request.confidence, project=scope_of(request), facts=_jsonable(facts),
+        allowed=evaluation.allowed, evaluated=evaluation.evaluated,
+        violations=len(evaluation.violations), warnings=len(evaluation.warnings),
+        rule_set_version=evaluation.version,
+    )
+    messages = {r.guardrail_id: r.message for r in (*evaluation.violations, *evaluation.warnings)}
+    ctx.session.add(row)
+    ctx.session.add_all(
+        GuardrailRuleResult(
+            evaluation_id=row.id, guardrail_id=c.guardrail_id, severity=c.severity,
+            fired=c.fired, message=messages.get(c.guardrail_id), error=c.error,
+        )
+        for c in evaluation.results
+    )
+    return Checked(evaluation, row.id, iso(now))
+
+
+def _jsonable(facts: dict[str, Any]) -> dict[str, Any]:
+    import json
+
+    return json.loads(json.dumps(facts, default=str))

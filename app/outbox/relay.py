@@ -1,0 +1,203 @@
+"""The outbox relay: carries committed decisions to the YAML tree and the vector index.
+
+Events are written in the same transaction as the rows they describe. The writer leases its
+own events (``available_at`` in the future) and processes them right after commit; if that
+fails, or the process dies, the lease runs out and the background loop (or ``cstp outbox
+drain``) takes them. Claims are leases taken in a write transaction — with
+``FOR UPDATE SKIP LOCKED`` on Postgres — so two relays never work on one event at once.
+Handlers are idempotent (atomic file replace, upsert by id), so a repeat is harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.outbox import OutboxEvent
+
+from .handlers import run_events
+
+if TYPE_CHECKING:
+    from app.config import Settings
+    from app.db.engine import Database
+    from app.runtime import Runtime
+    from app.search.index import VectorIndex
+
+log = logging.getLogger("cstp.outbox")
+
+KINDS = ("export", "index")
+LEASE = timedelta(seconds=30)
+MAX_BACKOFF = timedelta(minutes=10)
+
+
+def backoff(attempts: int) -> timedelta:
+    """1 s, 2 s, 4 s, … capped at MAX_BACKOFF."""
+    return min(MAX_BACKOFF, timedelta(seconds=2 ** max(0, attempts - 1)))
+
+
+@dataclass
+class RelayStats:
+    done: int = 0
+    failed: int = 0
+    dead: int = 0
+    done_ids: list[int] = field(default_factory=list)
+
+
+class Relay:
+    def __init__(
+        self, db: Database, index: VectorIndex, settings: Settings, runtime: Runtime
+    ) -> None:
+        self.db = db
+        self.index = index
+        self.settings = settings
+        self.runtime = runtime
+        self.decisions_dir: Path = settings.decisions_dir
+        self.wakeup = asyncio.Event()
+
+    def enqueue(
+        self, session: AsyncSession, decision_id: str, kinds: Sequence[str] = KINDS
+    ) -> list[OutboxEvent]:
+        """Add events for ``decision_id``, leased to this process for the inline pass."""
+        now = self.runtime.now()
+        events = [
+            OutboxEvent(
+                kind=kind, decision_id=decision_id, status="pending", attempts=0,
+                created_at=now, available_at=now + LEASE,
+            )
+            for kind in kinds
+        ]
+        session.add_all(events)
+        return events
+
+    async def process(self, events: Sequence[OutboxEvent]) -> RelayStats:
+        """Process events this process holds the lease of (the inline pass after commit)."""
+        return await self._process([(e.id, e.kind, e.decision_id, e.attempts) for e in events])
+
+    async def run_due(self, limit: int = 200, *, include_leased: bool = False) -> RelayStats:
+        """Claim up to ``limit`` due events and process them."""
+        claimed = await self._claim(limit, include_leased=include_leased)
+        if not claimed:
+            return RelayStats()
+        return await self._process(claimed)
+
+    async def drain(self, *, include_leased: bool = True) -> RelayStats:
+        """Process every pending event now (``cstp outbox drain``); stops when none is left
+        or a pass makes no progress (the failures are then rescheduled with backoff)."""
+        total = RelayStats()
+        while True:
+            stats = await self.run_due(include_leased=include_leased)
+            total.done += stats.done
+            total.failed += stats.failed
+            total.dead += stats.dead
+            if stats.done == 0:
+                return total
+            include_leased = False
+
+    async def loop(self) -> None:
+        """Background retries: wake on a timer (or when poked) and run what is due."""
+        while True:
+            try:
+                stats = await self.run_due()
+                if stats.done or stats.failed:
+                    log.info("outbox pass: %d done, %d failed, %d dead",
+                             stats.done, stats.failed, stats.dead)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("outbox pass failed")
+            try:
+                await asyncio.wait_for(self.wakeup.wait(), self.settings.outbox_poll_seconds)
+            except TimeoutError:
+                pass
+            self.wakeup.clear()
+
+    async def _claim(
+        self, limit: int, *, include_leased: bool
+    ) -> list[tuple[int, str, str, int]]:
+        now = self.runtime.now()
+        horizon = now + LEASE if include_leased else now
+        async with self.db.transaction(write=True) as session:
+            query = (
+                select(OutboxEvent.id, OutboxEvent.kind, OutboxEvent.decision_id,
+                       OutboxEvent.attempts)
+                .where(OutboxEvent.status == "pending", OutboxEvent.available_at <= horizon)
+                .order_by(OutboxEvent.id)
+                .limit(limit)
+                .with_for_update(skip_locked=True)
+            )
+            rows = [tuple(r) for r in (await session.execute(query)).all()]
+            if rows:
+                await session.execute(
+                    update(OutboxEvent)
+                    .where(OutboxEvent.id.in_([r[0] for r in rows]))
+                    .values(available_at=now + LEASE)
+                )
+        return rows  # type: ignore[return-value]
+
+    async def _process(self, events: list[tuple[int, str, str, int]]) -> RelayStats:
+        results = await run_events(self, events)
+        return await self._settle(events, results)
+
+    async def _settle(
+        self, events: list[tuple[int, str, str, int]], results: dict[int, str | None]
+    ) -> RelayStats:
+        """Mark what worked done and reschedule (or bury) what did not, in one transaction."""
+        now = self.runtime.now()
+        stats = RelayStats()
+        done = [eid for eid, *_ in events if results.get(eid, "not run") is None]
+        async with self.db.transaction(write=True) as session:
+            if done:
+                await session.execute(
+                    update(OutboxEvent)
+                    .where(OutboxEvent.id.in_(done), OutboxEvent.status == "pending")
+                    .values(status="done", processed_at=now, last_error=None)
+                )
+            for eid, _kind, _decision, attempts in events:
+                error = results.get(eid, "not run")
+                if error is None:
+                    continue
+                tries = attempts + 1
+                dead = tries >= self.settings.outbox_max_attempts
+                await session.execute(
+                    update(OutboxEvent)
+                    .where(OutboxEvent.id == eid, OutboxEvent.status == "pending")
+                    .values(
+                        attempts=tries, last_error=error[:2000],
+                        status="dead" if dead else "pending",
+                        available_at=now + backoff(tries),
+                    )
+                )
+                stats.failed += 1
+                stats.dead += int(dead)
+        stats.done = len(done)
+        stats.done_ids = done
+        return stats
+
+    async def counts(self) -> dict[str, int]:
+        async with self.db.transaction(write=False) as session:
+            rows = await session.execute(
+                select(OutboxEvent.status, func.count()).group_by(OutboxEvent.status)
+            )
+            counts = {status: n for status, n in rows.all()}
+        return {"pending": counts.get("pending", 0), "dead": counts.get("dead", 0),
+                "done": counts.get("done", 0)}
+
+    async def retry_dead(self) -> int:
+        """Re-queue dead events (``cstp outbox retry``)."""
+        now: datetime = self.runtime.now()
+        async with self.db.transaction(write=True) as session:
+            result = await session.execute(
+                update(OutboxEvent)
+                .where(OutboxEvent.status == "dead")
+                .values(status="pending", attempts=0, available_at=now)
+            )
+        self.wakeup.set()
+        return int(result.rowcount or 0)  # type: ignore[attr-defined]

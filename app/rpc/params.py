@@ -1,0 +1,174 @@
+"""Turning a JSON-RPC ``params`` object into a validated msgspec Struct, or a -32602 that
+names the field.
+
+Compatibility rules of SPEC.md section 2 live here, in one place: unknown params are ignored,
+an optional field sent as ``null`` counts as absent, and a few snake_case aliases are accepted.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, date, datetime, time
+from typing import Any, TypeVar
+
+import msgspec
+from msgspec import inspect as mi
+
+from .errors import INVALID_PARAMS, RpcError, invalid_params
+
+T = TypeVar("T")
+
+ALIASES = {
+    "actual_result": "actualResult",
+    "affected_kpis": "affectedKpis",
+    "kpi_indicators": "kpiIndicators",
+    "mental_state": "mentalState",
+    "review_in": "reviewIn",
+    "pre_decision": "preDecision",
+    "include_reasons": "includeReasons",
+    "decision_id": "id",
+}
+
+# Keys whose object values are free-form facts: kept as sent, nulls included.
+FREE_FORM = frozenset({"metadata", "context", "affectedKpis"})
+
+
+def _strip_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_strip_nulls(v) for v in value]
+    return value
+
+
+def normalize(params: dict[str, Any]) -> dict[str, Any]:
+    """Apply aliases (camelCase wins when both are sent) and drop nulls."""
+    out: dict[str, Any] = {}
+    project_context = params.get("project_context")
+    for key, value in params.items():
+        if value is None or key == "project_context":
+            continue
+        name = ALIASES.get(key, key)
+        if name != key and name in params and params[name] is not None:
+            continue
+        out[name] = value if name in FREE_FORM else _strip_nulls(value)
+    if isinstance(project_context, dict):
+        for key, value in project_context.items():
+            if value is not None:
+                out.setdefault(key, value)
+    return out
+
+
+def decode(params: dict[str, Any], struct: type[T]) -> T:
+    """Validate ``params`` (already an object) into ``struct`` or raise -32602."""
+    try:
+        return msgspec.convert(normalize(params), struct, strict=True)
+    except msgspec.ValidationError as exc:
+        raise _to_invalid_params(str(exc), struct) from None
+
+
+_AT = re.compile(r"^(?P<msg>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
+_MISSING = re.compile(r"^Object missing required field `(?P<name>[^`]+)`$")
+_TYPE = re.compile(r"^Expected `(?P<want>[^`]+)`, got `(?P<got>[^`]+)`$")
+_BOUND = re.compile(r"^Expected `(?P<want>float|int)` (?P<op>[<>]=?) (?P<num>[-\d.e]+)$")
+_TYPE_NAMES = {
+    "str": "a string",
+    "float": "a number",
+    "int": "an integer",
+    "bool": "a boolean",
+    "array": "an array",
+    "object": "an object",
+}
+
+
+def _field_path(path: str) -> str:
+    return path[1:] if path.startswith(".") else path
+
+
+def _to_invalid_params(text: str, struct: type[Any]) -> RpcError:
+    match = _AT.match(text)
+    message = match.group("msg") if match else text
+    path = _field_path(match.group("path") or "") if match else ""
+    missing = _MISSING.match(message)
+    if missing:
+        field = f"{path}.{missing.group('name')}" if path else missing.group("name")
+        return invalid_params(field, "is required")
+    return invalid_params(path or "params", _explain(message, path, struct))
+
+
+def _explain(message: str, path: str, struct: type[Any]) -> str:
+    if message.startswith("Invalid enum value"):
+        allowed = _allowed_values(struct, path)
+        if allowed:
+            return "must be one of: " + ", ".join(allowed)
+        return "is not an allowed value"
+    if "matching regex" in message:
+        return "must not be blank" if "'\\\\S'" in message else "has an invalid format"
+    bound = _BOUND.match(message)
+    if bound:
+        num = bound.group("num")
+        if bound.group("want") == "float" and num in {"0.0", "1.0"}:
+            return "must be between 0.0 and 1.0"
+        return f"must be {bound.group('op')} {num}"
+    if message.startswith("Expected `str` of length"):
+        return message.replace("Expected `str` of length", "length must be")
+    if message.startswith("Expected `array` of length"):
+        return message.replace("Expected `array` of length", "must have a count")
+    typed = _TYPE.match(message)
+    if typed:
+        wants = [w.strip() for w in typed.group("want").split("|") if w.strip() != "null"]
+        names = [_TYPE_NAMES.get(w, w) for w in wants]
+        return "must be " + " or ".join(names)
+    return message
+
+
+def _allowed_values(struct: type[Any], path: str) -> list[str]:
+    """Walk the struct's type info along ``path`` to list a Literal's allowed values."""
+    info: Any = mi.type_info(struct)
+    for part in re.findall(r"[^.\[\]]+|\[\d+\]", path):
+        info = _unwrap(info)
+        if part.startswith("["):
+            info = getattr(info, "item_type", None)
+            continue
+        if not isinstance(info, mi.StructType):
+            return []
+        fields = {f.encode_name: f.type for f in info.fields}
+        info = fields.get(part)
+        if info is None:
+            return []
+    info = _unwrap(info)
+    if isinstance(info, mi.LiteralType):
+        return [str(v) for v in info.values]
+    return []
+
+
+def _unwrap(info: Any) -> Any:
+    if isinstance(info, mi.UnionType):
+        rest = [t for t in info.types if not isinstance(t, mi.NoneType)]
+        if len(rest) == 1:
+            return rest[0]
+    if isinstance(info, mi.Metadata):
+        return info.type
+    return info
+
+
+def ensure_object(params: Any) -> dict[str, Any]:
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise RpcError(INVALID_PARAMS, data={"field": "params", "error": "must be an object"})
+    return params
+
+
+def parse_timestamp(field: str, value: str) -> datetime:
+    """An ISO-8601 date (midnight UTC) or timestamp with a zone; else -32602 naming ``field``."""
+    text = value.strip()
+    try:
+        if len(text) == 10:
+            return datetime.combine(date.fromisoformat(text), time.min, tzinfo=UTC)
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise invalid_params(field, "must be an ISO-8601 date or timestamp") from None
+    if parsed.tzinfo is None:
+        raise invalid_params(field, "must carry a time zone (Z or +00:00)")
+    return parsed.astimezone(UTC)

@@ -1,0 +1,111 @@
+"""Per-agent, per-method rate limits: a token bucket per (agent, method).
+
+A budget ``count/seconds`` lets an agent make ``count`` calls at once and then one more each
+``seconds / count``. The in-memory limiter serves one process; the Redis limiter runs the same
+arithmetic inside one Lua script, so several server processes share one budget atomically.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from app.config import RateLimit
+
+from .errors import rate_limited
+
+
+class RateLimiter(Protocol):
+    async def check(self, agent: str, method: str) -> None:
+        """Take one token or raise RateLimited (-32002) with ``retryAfterMs``."""
+
+    async def close(self) -> None: ...
+
+
+def _budget(limits: Mapping[str, RateLimit], method: str) -> RateLimit:
+    return limits.get(method) or limits["default"]
+
+
+class MemoryRateLimiter:
+    def __init__(
+        self, limits: Mapping[str, RateLimit], clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.limits = limits
+        self.clock = clock
+        self._buckets: dict[tuple[str, str], tuple[float, float]] = {}
+
+    async def check(self, agent: str, method: str) -> None:
+        budget = _budget(self.limits, method)
+        rate = budget.count / budget.seconds
+        now = self.clock()
+        tokens, stamp = self._buckets.get((agent, method), (float(budget.count), now))
+        tokens = min(float(budget.count), tokens + (now - stamp) * rate)
+        if tokens < 1.0:
+            self._buckets[(agent, method)] = (tokens, now)
+            raise rate_limited(max(1, math.ceil((1.0 - tokens) / rate * 1000)))
+        self._buckets[(agent, method)] = (tokens - 1.0, now)
+        if len(self._buckets) > 100_000:
+            self._forget_full_buckets(now)
+
+    def _forget_full_buckets(self, now: float) -> None:
+        """Drop buckets that have refilled completely; they hold no information."""
+        for key, (tokens, stamp) in list(self._buckets.items()):
+            budget = _budget(self.limits, key[1])
+            if tokens + (now - stamp) * budget.count / budget.seconds >= budget.count:
+                del self._buckets[key]
+
+    async def close(self) -> None:
+        return None
+
+
+# KEYS[1] = bucket key; ARGV = capacity, refill per ms, ttl ms. Returns 0 when allowed, else
+# the number of ms until one token is back. Time comes from Redis so processes agree.
+_LUA = """
+local capacity = tonumber(ARGV[1])
+local rate = tonumber(ARGV[2])
+local ttl = tonumber(ARGV[3])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'stamp')
+local tokens = tonumber(state[1])
+local stamp = tonumber(state[2])
+if tokens == nil then tokens = capacity; stamp = now end
+tokens = math.min(capacity, tokens + (now - stamp) * rate)
+local wait = 0
+if tokens < 1 then
+  wait = math.ceil((1 - tokens) / rate)
+  if wait < 1 then wait = 1 end
+else
+  tokens = tokens - 1
+end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'stamp', tostring(now))
+redis.call('PEXPIRE', KEYS[1], ttl)
+return wait
+"""
+
+
+class RedisRateLimiter:
+    def __init__(self, url: str, limits: Mapping[str, RateLimit], prefix: str = "cstp:rl") -> None:
+        import redis.asyncio as redis
+
+        self.limits = limits
+        self.prefix = prefix
+        self._redis = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+        self._script = self._redis.register_script(_LUA)
+
+    async def check(self, agent: str, method: str) -> None:
+        budget = _budget(self.limits, method)
+        rate_per_ms = budget.count / (budget.seconds * 1000)
+        ttl_ms = int(budget.seconds * 1000) + 1000
+        key = f"{self.prefix}:{method}:{agent}"
+        wait = int(await self._script(keys=[key], args=[budget.count, rate_per_ms, ttl_ms]))
+        if wait > 0:
+            raise rate_limited(wait)
+
+    async def ping(self) -> None:
+        await self._redis.ping()
+
+    async def close(self) -> None:
+        await self._redis.aclose()

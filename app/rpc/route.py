@@ -1,0 +1,45 @@
+"""``POST /cstp``: bearer auth before the body is read, a capped body, then the dispatcher."""
+
+from __future__ import annotations
+
+from litestar import Request, Response, post
+from litestar.exceptions import ClientException
+
+
+from .dispatcher import Dispatcher
+
+JSON = "application/json"
+
+
+def unauthorized(reason: str) -> Response[bytes]:
+    body = b'{"error":"unauthorized","message":"' + reason.encode() + b'"}'
+    return Response(
+        body, status_code=401, media_type=JSON,
+        headers={"WWW-Authenticate": 'Bearer realm="cstp"'},
+    )
+
+
+def build_rpc_route(max_body_bytes: int):  # type: ignore[no-untyped-def]
+    @post("/cstp", request_max_body_size=max_body_bytes, status_code=200)
+    async def cstp(request: Request) -> Response[bytes]:  # type: ignore[type-arg]
+        state = request.app.state
+        header = request.headers.get("authorization")
+        if not header:
+            return unauthorized("missing bearer token")
+        agent = state.tokens.agent_for(header)
+        if agent is None:
+            return unauthorized("invalid bearer token")
+        try:
+            body = await request.body()
+        except ClientException as exc:
+            if exc.status_code == 413:
+                message = b'{"error":"payload_too_large","message":"request body is too large"}'
+                return Response(message, status_code=413, media_type=JSON)
+            raise
+        dispatcher: Dispatcher = state.dispatcher
+        answer = await dispatcher.handle(body, agent)
+        if answer is None:
+            return Response(b"", status_code=204)
+        return Response(answer, status_code=200, media_type=JSON)
+
+    return cstp

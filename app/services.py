@@ -1,0 +1,77 @@
+"""The service container: everything a handler may use, built once per app."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .config import Settings
+from .db.engine import Database
+from .rpc.ratelimit import MemoryRateLimiter, RateLimiter, RedisRateLimiter
+from .runtime import Runtime
+
+if TYPE_CHECKING:
+    from .guardrails.rules import RuleSet
+    from .outbox.relay import Relay
+    from .search.embedder import Embedder
+    from .search.index import VectorIndex
+
+log = logging.getLogger("cstp")
+
+
+@dataclass
+class Services:
+    settings: Settings
+    runtime: Runtime
+    db: Database
+    limiter: RateLimiter
+    rules: RuleSet
+    index: VectorIndex
+    relay: Relay
+    started_at: float = field(default_factory=time.monotonic)
+    background: list[asyncio.Task[None]] = field(default_factory=list)
+
+    async def close(self) -> None:
+        for task in self.background:
+            task.cancel()
+        for task in self.background:
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        self.background.clear()
+        await self.limiter.close()
+        self.index.close()
+        await self.db.dispose()
+
+
+def build_services(
+    settings: Settings, runtime: Runtime | None = None, embedder: Embedder | None = None
+) -> Services:
+    """Build without I/O beyond reading the rule files (which must fail at start-up)."""
+    from .guardrails.rules import SHIPPED_RULES_DIR, load_rules
+    from .outbox.relay import Relay
+    from .search.index import VectorIndex
+
+    runtime = runtime or Runtime()
+    dirs = [SHIPPED_RULES_DIR] + ([settings.guardrails_dir] if settings.guardrails_dir else [])
+    rules = load_rules(dirs)
+    limiter: RateLimiter
+    if settings.redis_url:
+        limiter = RedisRateLimiter(settings.redis_url, settings.rate_limits)
+    else:
+        limiter = MemoryRateLimiter(settings.rate_limits)
+    if embedder is None:
+        from .search.embedder import load_default_embedder
+
+        embedder = load_default_embedder()
+    if settings.chroma_url:
+        index = VectorIndex.http(settings.chroma_url, embedder)
+    else:
+        index = VectorIndex.embedded(settings.data_dir / "chroma", embedder)
+    db = Database(settings.database_url)
+    relay = Relay(db, index, settings, runtime)
+    return Services(settings, runtime, db, limiter, rules, index, relay)

@@ -1,0 +1,88 @@
+"""Health, readiness and the agent card: unauthenticated routes for operators and peers."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from litestar import Request, Response, get
+
+from app.db import migrate
+from app.version import __version__
+
+CSTP_PROTOCOL_VERSION = "1.0"
+
+
+@get("/health", sync_to_thread=False)
+def health(request: Request) -> dict[str, Any]:  # type: ignore[type-arg]
+    services = request.app.state.services
+    return {
+        "status": "healthy",
+        "version": __version__,
+        "uptimeSeconds": round(time.monotonic() - services.started_at, 3),
+    }
+
+
+@get("/ready")
+async def ready(request: Request) -> Response[dict[str, Any]]:  # type: ignore[type-arg]
+    """Each part is checked on its own, so the answer names exactly what is not ready."""
+    services = request.app.state.services
+    checks: dict[str, Any] = {}
+    failing: list[str] = []
+    try:
+        await services.db.ping()
+        checks["database"] = "ok"
+    except Exception:
+        checks["database"] = "unreachable"
+        failing.append("database")
+    if "database" not in failing:
+        try:
+            current = await _current_revision(services)
+            head = migrate.head_revision()
+            checks["schema"] = "ok" if current == head else f"at {current}, expected {head}"
+            if current != head:
+                failing.append("schema")
+        except Exception:
+            checks["schema"] = "unknown"
+            failing.append("schema")
+        try:
+            checks["outbox"] = await services.relay.counts()
+        except Exception:
+            checks["outbox"] = "unknown"
+    try:
+        await services.index.ping()
+        checks["vectorIndex"] = "ok"
+    except Exception:
+        checks["vectorIndex"] = "unreachable"
+        failing.append("vectorIndex")
+    body: dict[str, Any] = {"status": "ready" if not failing else "not_ready", "checks": checks}
+    if failing:
+        body["failing"] = failing
+    return Response(body, status_code=200 if not failing else 503)
+
+
+async def _current_revision(services: Any) -> str | None:
+    from sqlalchemy import text
+
+    async with services.db.transaction(write=False) as session:
+        return await session.scalar(text("SELECT version_num FROM alembic_version"))
+
+
+@get("/.well-known/agent.json", sync_to_thread=False)
+def agent_card(request: Request) -> dict[str, Any]:  # type: ignore[type-arg]
+    state = request.app.state
+    settings = state.services.settings
+    base = f"{request.url.scheme}://{request.url.netloc}"
+    return {
+        "name": settings.agent_name,
+        "description": (
+            "CSTP decision memory and guardrail service: announce an intent, get similar past "
+            "decisions with their outcomes, guardrail verdicts and suggestions."
+        ),
+        "version": __version__,
+        "url": f"{base}/cstp",
+        "capabilities": {
+            "cstp": {"version": CSTP_PROTOCOL_VERSION, "methods": state.registry.names()},
+        },
+        "authentication": {"schemes": ["bearer"]},
+    }

