@@ -25,10 +25,14 @@ log = logging.getLogger("cstp")
 def build_registry() -> Registry:
     from .decisions import rpc as decisions_rpc
     from .guardrails import rpc as guardrails_rpc
+    from .intents import rpc as intents_rpc
+    from .search import rpc as search_rpc
 
     registry = Registry()
     decisions_rpc.register(registry)
     guardrails_rpc.register(registry)
+    search_rpc.register(registry)
+    intents_rpc.register(registry)
     return registry
 
 

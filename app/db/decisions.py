@@ -46,6 +46,12 @@ class Decision(Base):
     lessons: Mapped[str | None] = mapped_column(Text)
     review_notes: Mapped[str | None] = mapped_column(Text)
     affected_kpis: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # The announced intent this decision followed (recordDecision's correlationId), and the
+    # guardrail evaluation made of the decision itself when it was recorded.
+    intent_id: Mapped[str | None] = mapped_column(ForeignKey("intents.id"), index=True)
+    guardrail_evaluation_id: Mapped[str | None] = mapped_column(
+        ForeignKey("guardrail_evaluations.id")
+    )
 
     reasons: Mapped[list[DecisionReason]] = relationship(
         order_by="DecisionReason.position", lazy="raise", cascade="all, delete-orphan"
@@ -77,3 +83,20 @@ class DecisionTag(Base):
     )
     tag: Mapped[str] = mapped_column(String(128), primary_key=True)
     position: Mapped[int] = mapped_column(Integer)
+
+
+class DecisionReview(Base):
+    """One review of a decision; every review is kept (insert-only), the decision shows the
+    latest in its own outcome columns."""
+
+    __tablename__ = "decision_reviews"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    decision_id: Mapped[str] = mapped_column(ForeignKey("decisions.id"), index=True)
+    outcome: Mapped[str] = mapped_column(String(16))
+    actual_result: Mapped[str | None] = mapped_column(Text)
+    lessons: Mapped[str | None] = mapped_column(Text)
+    notes: Mapped[str | None] = mapped_column(Text)
+    affected_kpis: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    reviewed_by: Mapped[str] = mapped_column(String(128), index=True)
+    reviewed_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)

@@ -167,6 +167,8 @@ def wire(d: Decision, *, reviews: list[dict[str, Any]] | None = None) -> dict[st
         "lessons": d.lessons,
         "reviewNotes": d.review_notes,
         "affectedKpis": d.affected_kpis,
+        "intentId": d.intent_id,
+        "guardrailEvaluationId": d.guardrail_evaluation_id,
         "path": relative_path(d),
     }
     if reviews is not None:

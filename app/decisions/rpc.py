@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from app.rpc.registry import Method, Registry
 
-from . import service
-from .schemas import GetDecisionParams, ListDecisionsParams, RecordDecisionParams
+from . import reviews, service
+from .schemas import (
+    GetDecisionParams, ListDecisionsParams, RecordDecisionParams, ReviewDecisionParams,
+)
 
 
 def register(registry: Registry) -> None:
     registry.add(Method("cstp.recordDecision", RecordDecisionParams, service.record))
+    registry.add(Method("cstp.reviewDecision", ReviewDecisionParams, reviews.review))
     registry.add(Method("cstp.getDecision", GetDecisionParams, service.get, writes=False))
     registry.add(
         Method("cstp.listDecisions", ListDecisionsParams, service.list_decisions, writes=False)

@@ -93,3 +93,12 @@ class RecordDecisionResult(msgspec.Struct, rename="camel"):
 
 def drop_none(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if v is not None}
+
+
+class ReviewDecisionParams(Struct):
+    id: DecisionId
+    outcome: Outcome
+    actual_result: Annotated[str, Meta(max_length=20_000)] | None = None
+    lessons: Annotated[str, Meta(max_length=20_000)] | None = None
+    notes: Annotated[str, Meta(max_length=20_000)] | None = None
+    affected_kpis: dict[str, Any] | None = None

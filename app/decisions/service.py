@@ -12,7 +12,9 @@ from sqlalchemy.orm import selectinload
 
 from app.db.decisions import Decision, DecisionReason, DecisionTag
 from app.rpc.context import CallContext
-from app.rpc.errors import RpcError, STORAGE_ERROR, decision_not_found, invalid_params
+from app.rpc.errors import (
+    GUARDRAIL_EVAL_FAILED, STORAGE_ERROR, RpcError, decision_not_found, invalid_params,
+)
 from app.rpc.params import parse_timestamp
 from app.runtime import iso
 
@@ -53,6 +55,38 @@ async def _insert_with_fresh_id(ctx: CallContext, decision: Decision) -> None:
     raise RpcError(STORAGE_ERROR, "Storage error: no free decision id could be drawn")
 
 
+async def _link_intent(ctx: CallContext, decision: Decision, p: RecordDecisionParams) -> None:
+    """Link the announced intent and take the pre-decision facts from what was recorded."""
+    if p.correlation_id is None:
+        return
+    from app.intents.service import intent_for_decision
+
+    intent = await intent_for_decision(ctx, p.correlation_id)
+    if intent is None:
+        raise invalid_params(
+            "correlationId", "no intent with this correlationId was announced by this agent"
+        )
+    decision.intent_id = intent.id
+    decision.pre_query_run = True
+    decision.pre_similar_found = intent.similar_found
+    decision.pre_guardrails_checked = True
+    decision.pre_guardrails_passed = intent.allowed
+
+
+async def _evaluate_guardrails(ctx: CallContext, p: RecordDecisionParams) -> str | None:
+    """Store a guardrail evaluation of the decision as recorded (never blocks recording)."""
+    from app.guardrails.service import Request, check
+
+    request = Request(p.decision, p.category, p.stakes, p.confidence, p.project, {})
+    try:
+        checked = await check(ctx, request, source="recordDecision")
+    except RpcError as exc:
+        if exc.code != GUARDRAIL_EVAL_FAILED:
+            raise
+        return None
+    return checked.evaluation_id
+
+
 async def record(ctx: CallContext, p: RecordDecisionParams) -> RecordDecisionResult:
     settings = ctx.services.settings
     if p.category not in settings.categories:
@@ -89,6 +123,8 @@ async def record(ctx: CallContext, p: RecordDecisionParams) -> RecordDecisionRes
         for i, r in enumerate(p.reasons)
     ]
     decision.tags = [DecisionTag(tag=t, position=i) for i, t in enumerate(_unique(p.tags))]
+    await _link_intent(ctx, decision, p)
+    decision.guardrail_evaluation_id = await _evaluate_guardrails(ctx, p)
     await _insert_with_fresh_id(ctx, decision)
     relay = ctx.services.relay
     events = relay.enqueue(ctx.session, decision.id)
@@ -115,8 +151,11 @@ async def load_one(session: AsyncSession, decision_id: str) -> Decision:
 
 
 async def get(ctx: CallContext, p: GetDecisionParams) -> dict[str, Any]:
+    from .reviews import review_history
+
     decision = await load_one(ctx.session, p.id)
-    return {"found": True, "decision": document.wire(decision, reviews=[])}
+    reviews = await review_history(ctx.session, p.id)
+    return {"found": True, "decision": document.wire(decision, reviews=reviews)}
 
 
 _SORT = {

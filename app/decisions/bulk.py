@@ -1,0 +1,73 @@
+"""Rebuild the YAML tree from the database (``cstp export``).
+
+The tree is derived data: every file can be written again from its row. This walks the
+``decisions`` table in id order, one batch at a time (keyset pagination, one short read
+transaction per batch, so neither the table nor a long-lived transaction is ever held), and
+writes each file with the very functions the outbox's ``export`` handler uses, so the output
+is byte-identical to what the outbox wrote.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sqlalchemy import func, select
+
+from app.db.decisions import Decision
+
+from .document import load_decisions
+from .export import export_decision
+
+if TYPE_CHECKING:
+    from app.services import Services
+
+Progress = Callable[[int, int], None]
+DEFAULT_BATCH = 500
+
+
+def _write_batch(root: Path, decisions: Sequence[Decision]) -> None:
+    for decision in decisions:
+        export_decision(root, decision)
+
+
+async def export_all(
+    services: Services, progress: Progress | None = None, batch: int = DEFAULT_BATCH
+) -> int:
+    """Write every decision's YAML file under ``settings.decisions_dir``; returns the count.
+
+    ``progress(done, total)`` is called after each batch. ``total`` is counted up front; rows
+    added while the export runs are exported too when their id sorts after the cursor, and
+    ``total`` then grows so that ``done`` never exceeds it; the last report is ``(n, n)``.
+    """
+    if batch < 1:
+        raise ValueError("batch must be at least 1")
+    db = services.db
+    root = services.settings.decisions_dir
+    async with db.transaction(write=False) as session:
+        total = int(await session.scalar(select(func.count()).select_from(Decision)) or 0)
+    done = 0
+    last_id: str | None = None
+    while True:
+        async with db.transaction(write=False) as session:
+            query = select(Decision.id).order_by(Decision.id).limit(batch)
+            if last_id is not None:
+                query = query.where(Decision.id > last_id)
+            ids = list(await session.scalars(query))
+            if not ids:
+                break
+            loaded = await load_decisions(session, ids)
+        decisions = [loaded[i] for i in ids if i in loaded]  # a row deleted meanwhile is skipped
+        await asyncio.to_thread(_write_batch, root, decisions)
+        done += len(decisions)
+        last_id = ids[-1]
+        total = max(total, done)
+        if progress is not None:
+            progress(done, total)
+        if len(ids) < batch:
+            break
+    if progress is not None and (done == 0 or total != done):
+        progress(done, done)  # the last report always reads (n, n), even if rows went away
+    return done

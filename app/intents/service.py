@@ -1,0 +1,178 @@
+"""cstp.announceIntent: similar past decisions + guardrail verdict + suggestions, and an audit
+row for every announcement, however it ended.
+
+The similar-decision search and the guardrail evaluation are the services of queryDecisions
+and checkGuardrails; nothing is computed twice here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import msgspec
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from app.db.intents import Intent, IntentMatch
+from app.guardrails.service import Request, check
+from app.rpc.context import CallContext
+from app.rpc.errors import CONFLICT, RpcError
+from app.runtime import iso
+from app.search.filters import SearchFilters
+from app.search.service import Found, search
+
+from . import suggestions
+from .schemas import AnnounceIntentParams
+
+SIMILAR_LIMIT = 5
+_encoder = msgspec.json.Encoder()
+
+
+def request_hash(p: AnnounceIntentParams) -> str:
+    """What makes two announcements "the same intent" for safe retries."""
+    material = {
+        "intent": p.intent, "context": p.context, "category": p.category, "stakes": p.stakes,
+        "confidence": p.confidence, "metadata": p.metadata, "project": p.project,
+    }
+    blob = json.dumps(material, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def notes_of(found: Found) -> str | None:
+    d = found.decision
+    return d.lessons or d.review_notes or d.actual_result
+
+
+def similar_item(found: Found) -> dict[str, Any]:
+    d = found.decision
+    item: dict[str, Any] = {
+        "id": d.id,
+        "title": d.summary,
+        "category": d.category,
+        "confidence": d.confidence,
+        "status": d.status,
+        "date": iso(d.created_at),
+        "distance": round(found.distance, 6),
+    }
+    if d.outcome is not None:
+        item["outcome"] = d.outcome
+    notes = notes_of(found)
+    if notes:
+        item["notes"] = notes
+    return item
+
+
+async def _stored(ctx: CallContext, correlation_id: str) -> Intent | None:
+    return await ctx.session.scalar(
+        select(Intent).where(
+            Intent.agent == ctx.agent,
+            Intent.correlation_id == correlation_id,
+            Intent.outcome == "ok",
+        )
+    )
+
+
+def _replay(stored: Intent, fingerprint: str) -> msgspec.Raw:
+    if stored.request_hash != fingerprint or stored.response is None:
+        raise RpcError(
+            CONFLICT, "Conflict: this correlationId was already used for a different intent",
+            {"correlationId": stored.correlation_id},
+        )
+    return msgspec.Raw(stored.response.encode())
+
+
+async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
+    runtime = ctx.services.runtime
+    correlation_id = p.correlation_id or runtime.uuid()
+    fingerprint = request_hash(p)
+    if p.correlation_id is not None:
+        stored = await _stored(ctx, correlation_id)
+        if stored is not None:
+            return _replay(stored, fingerprint)
+    received_at = runtime.now()
+    query = f"{p.intent} {p.context or ''}".strip()
+    found = await search(ctx, query, SearchFilters(category=p.category), SIMILAR_LIMIT)
+    checked = await check(
+        ctx,
+        Request(p.intent, p.category, p.stakes, p.confidence, p.project, p.metadata),
+        source="announceIntent",
+    )
+    similar = [similar_item(f) for f in found]
+    ev = checked.evaluation
+    advice = [r.suggestion for r in (*ev.violations, *ev.warnings)]
+    response = {
+        "received": True,
+        "correlationId": correlation_id,
+        "receivedAt": iso(received_at),
+        "similarDecisions": similar,
+        "guardrailStatus": {
+            "allowed": ev.allowed,
+            "violations": [v.as_dict() for v in ev.violations],
+            "warnings": [w.as_dict() for w in ev.warnings],
+            "evaluated": ev.evaluated,
+            "evaluationId": checked.evaluation_id,
+        },
+        "suggestions": suggestions.generate(similar, advice),
+        "respondingAgent": ctx.services.settings.agent_name,
+    }
+    encoded = _encoder.encode(response)
+    intent = Intent(
+        id=runtime.uuid(), correlation_id=correlation_id, agent=ctx.agent,
+        received_at=received_at, outcome="ok", intent=p.intent, context=p.context,
+        category=p.category, stakes=p.stakes, confidence=p.confidence, metadata_=p.metadata,
+        claimed_agent=msgspec.to_builtins(p.agent) if p.agent else None,
+        request_hash=fingerprint, allowed=ev.allowed, evaluation_id=checked.evaluation_id,
+        similar_found=len(found), response=encoded.decode(),
+    )
+    try:
+        async with ctx.session.begin_nested():
+            ctx.session.add(intent)
+            await ctx.session.flush()
+    except IntegrityError:
+        # A concurrent retry with the same correlationId committed first: answer as it did.
+        ctx.session.expunge(intent)
+        stored = await _stored(ctx, correlation_id)
+        if stored is None:
+            raise
+        return _replay(stored, fingerprint)
+    ctx.session.add_all(
+        IntentMatch(
+            intent_id=intent.id, decision_id=f.decision.id, rank=rank,
+            distance=f.distance, outcome=f.decision.outcome,
+        )
+        for rank, f in enumerate(found, start=1)
+    )
+    return msgspec.Raw(encoded)
+
+
+async def record_failure(ctx: CallContext, raw: dict[str, Any], error: RpcError) -> None:
+    """The audit row of an announcement that did not succeed (rate limited or failed)."""
+    def text(key: str) -> str | None:
+        value = raw.get(key)
+        return value[:20_000] if isinstance(value, str) else None
+
+    confidence = raw.get("confidence")
+    metadata = raw.get("metadata")
+    correlation = raw.get("correlationId") or raw.get("correlation_id")
+    ctx.session.add(
+        Intent(
+            id=ctx.services.runtime.uuid(),
+            correlation_id=correlation[:128] if isinstance(correlation, str) else "",
+            agent=ctx.agent, received_at=ctx.services.runtime.now(),
+            outcome="rate_limited" if error.code == -32002 else "failed",
+            error_code=error.code, intent=text("intent"), context=text("context"),
+            category=(text("category") or "")[:64] or None,
+            stakes=(text("stakes") or "")[:16] or None,
+            confidence=float(confidence)
+            if isinstance(confidence, (int, float)) and not isinstance(confidence, bool)
+            else None,
+            metadata_=metadata if isinstance(metadata, dict) else None,
+        )
+    )
+
+
+async def intent_for_decision(ctx: CallContext, correlation_id: str) -> Intent | None:
+    """The successful announcement of this agent with ``correlation_id``, if any."""
+    return await _stored(ctx, correlation_id)

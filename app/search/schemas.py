@@ -1,0 +1,36 @@
+"""Wire structs of cstp.queryDecisions."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from msgspec import Meta
+
+from app.decisions.schemas import NonBlank, ShortText, Stakes, Status, Struct, Tag, Unit
+
+StakesList = Annotated[list[Stakes], Meta(max_length=4)]
+StatusList = Annotated[list[Status], Meta(max_length=2)]
+
+
+class QueryFiltersIn(Struct):
+    category: ShortText | None = None
+    stakes: Stakes | StakesList | None = None
+    status: Status | StatusList | None = None
+    min_confidence: Unit | None = None
+    max_confidence: Unit | None = None
+    date_after: str | None = None
+    date_before: str | None = None
+    agent: ShortText | None = None
+    tags: Annotated[list[Tag], Meta(max_length=50)] | None = None
+    project: ShortText | None = None
+    feature: ShortText | None = None
+    pr: Annotated[int, Meta(ge=0)] | None = None
+    has_outcome: bool | None = None
+
+
+class QueryDecisionsParams(Struct):
+    query: Annotated[str, Meta(pattern=r"\S", max_length=4000)]
+    limit: Annotated[int, Meta(ge=1, le=50)] = 10
+    include_reasons: bool = False
+    filters: QueryFiltersIn | None = None
+    retrieval_mode: Annotated[str, Meta(max_length=32)] | None = None

@@ -1,0 +1,120 @@
+"""Semantic search over decisions: the vector index ranks, the database has the last word.
+
+Filters are pushed down into Chroma so a top-k search never loses a match; the hits are then
+re-read from SQL (the source of truth) and checked against the same filters, so a stale index
+entry (say, a review not yet re-indexed) can never leak a result that breaks a filter.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from app.db.decisions import Decision
+from app.decisions import document
+from app.rpc.context import CallContext
+from app.rpc.errors import query_failed
+from app.rpc.params import parse_timestamp
+from app.runtime import iso
+
+from .filters import SearchFilters, matches, to_where
+from .index import IndexUnavailable
+from .schemas import QueryDecisionsParams, QueryFiltersIn
+
+OVERFETCH = 10  # extra hits asked of the index, in case some are stale and dropped
+
+
+@dataclass(frozen=True)
+class Found:
+    decision: Decision
+    distance: float
+
+
+def _as_tuple(value: str | list[str] | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+def to_filters(f: QueryFiltersIn | None, *, category: str | None = None) -> SearchFilters:
+    if f is None:
+        return SearchFilters(category=category)
+    return SearchFilters(
+        category=f.category if f.category is not None else category,
+        stakes=_as_tuple(f.stakes),
+        status=_as_tuple(f.status),
+        min_confidence=f.min_confidence,
+        max_confidence=f.max_confidence,
+        date_after=parse_timestamp("filters.dateAfter", f.date_after) if f.date_after else None,
+        date_before=(
+            parse_timestamp("filters.dateBefore", f.date_before) if f.date_before else None
+        ),
+        agent=f.agent,
+        tags=tuple(f.tags) if f.tags else None,
+        project=f.project,
+        feature=f.feature,
+        pr=f.pr,
+        has_outcome=f.has_outcome,
+    )
+
+
+async def search(
+    ctx: CallContext, text: str, filters: SearchFilters, limit: int
+) -> list[Found]:
+    """Nearest decisions satisfying every filter, nearest first. -32003 if the index fails."""
+    try:
+        hits = await ctx.services.index.query(
+            text, where=to_where(filters), limit=limit + OVERFETCH
+        )
+    except IndexUnavailable:
+        raise query_failed() from None
+    rows = await document.load_decisions(ctx.session, [h.id for h in hits])
+    found: list[Found] = []
+    for hit in hits:
+        row = rows.get(hit.id)
+        if row is None or not matches(filters, document.index_entry(row).metadata):
+            continue
+        found.append(Found(row, max(0.0, hit.distance)))
+        if len(found) == limit:
+            break
+    return found
+
+
+def summary(found: Found, *, include_reasons: bool) -> dict[str, Any]:
+    d = found.decision
+    item: dict[str, Any] = {
+        "id": d.id,
+        "title": d.summary,
+        "category": d.category,
+        "confidence": d.confidence,
+        "stakes": d.stakes,
+        "status": d.status,
+        "date": iso(d.created_at),
+        "distance": round(found.distance, 6),
+        "agent": d.recorded_by,
+        "tags": document.tags_of(d),
+    }
+    if d.outcome is not None:
+        item["outcome"] = d.outcome
+    if d.project is not None:
+        item["project"] = d.project
+    if include_reasons:
+        item["reasons"] = [
+            {"type": r.type, "text": r.text, "strength": r.strength} for r in d.reasons
+        ]
+    return item
+
+
+async def query_decisions(ctx: CallContext, p: QueryDecisionsParams) -> dict[str, Any]:
+    started = time.perf_counter()
+    filters = to_filters(p.filters)
+    found = await search(ctx, p.query, filters, p.limit)
+    return {
+        "decisions": [summary(f, include_reasons=p.include_reasons) for f in found],
+        "total": len(found),
+        "query": p.query,
+        "queryTimeMs": round((time.perf_counter() - started) * 1000, 2),
+        "agent": ctx.agent,
+        "retrievalMode": "semantic",
+    }
