@@ -23,6 +23,7 @@ log = logging.getLogger("cstp")
 
 
 def build_registry() -> Registry:
+    from .calibration import rpc as calibration_rpc
     from .decisions import rpc as decisions_rpc
     from .guardrails import rpc as guardrails_rpc
     from .intents import rpc as intents_rpc
@@ -30,6 +31,7 @@ def build_registry() -> Registry:
 
     registry = Registry()
     decisions_rpc.register(registry)
+    calibration_rpc.register(registry)
     guardrails_rpc.register(registry)
     search_rpc.register(registry)
     intents_rpc.register(registry)

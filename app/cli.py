@@ -194,5 +194,22 @@ def outbox_drain() -> None:
         sys.exit(1)
 
 
+@main.command("export")
+def export_tree() -> None:
+    """Rebuild the YAML tree (CSTP_DECISIONS_DIR) from the database, with progress."""
+    from .decisions.bulk import export_all
+
+    async def work(services: Any) -> int:
+        with click.progressbar(length=0, label="exporting", file=sys.stderr) as bar:
+            def progress(done: int, total: int) -> None:
+                bar.length = total
+                bar.update(done - bar.pos)
+
+            return await export_all(services, progress=progress)
+
+    count = _with_services(work)
+    click.echo(f"exported {count} decision file(s)")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,4 +1,5 @@
-"""Wire structs of cstp.getCalibration: strict at the edge, camelCase on the wire.
+"""Wire shapes of cstp.getCalibration: the strict params structs, and the figures the answer
+reports (rounding, interpretation, one slice's figures) as pure functions of the SQL sums.
 
 SPEC section 2 lets older clients send the filters at the top level of params instead of
 inside ``filters``; both spellings are declared here so each is validated with its own field
@@ -7,6 +8,8 @@ path (``filters.minDecisions`` or ``minDecisions``) in the -32602 it may earn.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Annotated, Any, Literal
 
 from msgspec import Meta
@@ -43,3 +46,101 @@ class GetCalibrationParams(Struct):
     since: Moment | None = None
     until: Moment | None = None
     min_decisions: MinDecisions | None = None
+
+
+BUCKETS = 10
+TOLERANCE = 0.05  # |gap| up to this is well calibrated
+MARGIN = 0.15  # |gap| past this is plainly over- or underconfident
+STAKES_ORDER = {"low": 0, "medium": 1, "high": 2, "critical": 3}
+
+
+def round3(value: float) -> float:
+    """Half-up to 3 decimals on the shortest decimal form of ``value``: 0.2285 reports 0.229
+    (binary ``round`` says 0.228), and -0.0 never shows."""
+    return float(Decimal(repr(value)).quantize(Decimal("0.001"), ROUND_HALF_UP)) + 0.0
+
+
+def percent(value: float) -> int:
+    """A share as a whole percentage, half-up (0.6667 -> 67)."""
+    return int(Decimal(repr(value * 100)).quantize(Decimal(1), ROUND_HALF_UP))
+
+
+def interpret(gap: float) -> str:
+    """Name a (rounded) calibration gap; negative means more confident than outcomes justify.
+
+    Judged on the rounded gap so the label always agrees with the figure reported beside it.
+    """
+    if gap < -MARGIN:
+        return "overconfident"
+    if gap < -TOLERANCE:
+        return "slightly_overconfident"
+    if gap <= TOLERANCE:
+        return "well_calibrated"
+    if gap <= MARGIN:
+        return "slightly_underconfident"
+    return "underconfident"
+
+
+@dataclass(frozen=True)
+class Sums:
+    """The database's sums for one slice of decisions; every figure derives from them."""
+
+    matched: int = 0  # decisions matching the filters
+    reviewed: int = 0  # ... that have an outcome (abandoned included)
+    scored: int = 0  # ... whose outcome is scored
+    sum_confidence: float = 0.0
+    sum_score: float = 0.0
+    sum_squared_error: float = 0.0
+
+    def _mean(self, total: float) -> float | None:
+        return round3(total / self.scored) if self.scored else None
+
+    @property
+    def brier(self) -> float | None:
+        return self._mean(self.sum_squared_error)
+
+    @property
+    def accuracy(self) -> float | None:
+        return self._mean(self.sum_score)
+
+    @property
+    def mean_confidence(self) -> float | None:
+        return self._mean(self.sum_confidence)
+
+    @property
+    def gap(self) -> float | None:
+        return self._mean(self.sum_score - self.sum_confidence)
+
+
+def figures(s: Sums, min_decisions: int) -> dict[str, Any]:
+    """The figures of one slice; fewer scored decisions than asked is a clear answer (the
+    figures, the counts and ``insufficient_data``), not an error."""
+    gap = s.gap
+    sufficient = gap is not None and s.scored >= min_decisions
+    return {
+        "brierScore": s.brier,
+        "accuracy": s.accuracy,
+        "calibrationGap": gap,
+        "interpretation": interpret(gap) if sufficient and gap is not None else "insufficient_data",
+        "totalDecisions": s.scored,
+        "reviewedDecisions": s.reviewed,
+        "pendingDecisions": s.matched - s.reviewed,
+        "meanConfidence": s.mean_confidence,
+    }
+
+
+def bucket_label(index: int) -> str:
+    return f"{index / 10:.1f}-{(index + 1) / 10:.1f}"
+
+
+def bucket_wire(index: int, s: Sums) -> dict[str, Any]:
+    return {
+        "bucket": bucket_label(index),
+        "low": round3(index / 10),
+        "high": round3((index + 1) / 10),
+        "count": s.scored,
+        "meanConfidence": s.mean_confidence,
+        "accuracy": s.accuracy,
+        "gap": s.gap,
+        "brierScore": s.brier,
+    }

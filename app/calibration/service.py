@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from sqlalchemy import ColumnElement, Float, Select, case, func, literal, null, select
@@ -21,109 +20,14 @@ from app.rpc.errors import invalid_params
 from app.rpc.params import parse_timestamp
 from app.runtime import iso
 
-from .schemas import DEFAULT_MIN_DECISIONS, CalibrationFilters, GetCalibrationParams
+from .schemas import BUCKETS, DEFAULT_MIN_DECISIONS, STAKES_ORDER, TOLERANCE
+from .schemas import CalibrationFilters, GetCalibrationParams, Sums, bucket_label, bucket_wire
+from .schemas import figures, interpret, percent
 
 # Outcome -> score; an outcome missing here (``abandoned``) is reviewed but never scored.
 SCORES = {"success": 1.0, "partial": 0.5, "failure": 0.0}
 HEADLINE = ("brierScore", "accuracy", "calibrationGap", "interpretation")
-BUCKETS = 10
-TOLERANCE = 0.05  # |gap| up to this is well calibrated
-MARGIN = 0.15  # |gap| past this is plainly over- or underconfident
-STAKES_ORDER = {"low": 0, "medium": 1, "high": 2, "critical": 3}
 MAX_RECOMMENDATIONS = 8
-
-
-def round3(value: float) -> float:
-    """Half-up to 3 decimals on the shortest decimal form of ``value``: 0.2285 reports 0.229
-    (binary ``round`` says 0.228), and -0.0 never shows."""
-    return float(Decimal(repr(value)).quantize(Decimal("0.001"), ROUND_HALF_UP)) + 0.0
-
-
-def percent(value: float) -> int:
-    """A share as a whole percentage, half-up (0.6667 -> 67)."""
-    return int(Decimal(repr(value * 100)).quantize(Decimal(1), ROUND_HALF_UP))
-
-
-def interpret(gap: float) -> str:
-    """Name a (rounded) calibration gap; negative means more confident than outcomes justify.
-
-    Judged on the rounded gap so the label always agrees with the figure reported beside it.
-    """
-    if gap < -MARGIN:
-        return "overconfident"
-    if gap < -TOLERANCE:
-        return "slightly_overconfident"
-    if gap <= TOLERANCE:
-        return "well_calibrated"
-    if gap <= MARGIN:
-        return "slightly_underconfident"
-    return "underconfident"
-
-
-@dataclass(frozen=True)
-class Sums:
-    """The database's sums for one slice of decisions; every figure derives from them."""
-
-    matched: int = 0  # decisions matching the filters
-    reviewed: int = 0  # ... that have an outcome (abandoned included)
-    scored: int = 0  # ... whose outcome is scored
-    sum_confidence: float = 0.0
-    sum_score: float = 0.0
-    sum_squared_error: float = 0.0
-
-    def _mean(self, total: float) -> float | None:
-        return round3(total / self.scored) if self.scored else None
-
-    @property
-    def brier(self) -> float | None:
-        return self._mean(self.sum_squared_error)
-
-    @property
-    def accuracy(self) -> float | None:
-        return self._mean(self.sum_score)
-
-    @property
-    def mean_confidence(self) -> float | None:
-        return self._mean(self.sum_confidence)
-
-    @property
-    def gap(self) -> float | None:
-        return self._mean(self.sum_score - self.sum_confidence)
-
-
-def figures(s: Sums, min_decisions: int) -> dict[str, Any]:
-    """The figures of one slice; fewer scored decisions than asked is a clear answer (the
-    figures, the counts and ``insufficient_data``), not an error."""
-    gap = s.gap
-    sufficient = gap is not None and s.scored >= min_decisions
-    return {
-        "brierScore": s.brier,
-        "accuracy": s.accuracy,
-        "calibrationGap": gap,
-        "interpretation": interpret(gap) if sufficient and gap is not None else "insufficient_data",
-        "totalDecisions": s.scored,
-        "reviewedDecisions": s.reviewed,
-        "pendingDecisions": s.matched - s.reviewed,
-        "meanConfidence": s.mean_confidence,
-    }
-
-
-def bucket_label(index: int) -> str:
-    return f"{index / 10:.1f}-{(index + 1) / 10:.1f}"
-
-
-def bucket_wire(index: int, s: Sums) -> dict[str, Any]:
-    return {
-        "bucket": bucket_label(index),
-        "low": round3(index / 10),
-        "high": round3((index + 1) / 10),
-        "count": s.scored,
-        "meanConfidence": s.mean_confidence,
-        "accuracy": s.accuracy,
-        "gap": s.gap,
-        "brierScore": s.brier,
-    }
-
 
 def _action(gap: float, there: str) -> str:
     if gap < 0:
