@@ -6,6 +6,7 @@ import asyncio
 import logging
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -209,6 +210,51 @@ def export_tree() -> None:
 
     count = _with_services(work)
     click.echo(f"exported {count} decision file(s)")
+
+
+@main.command("import")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+def import_tree_command(directory: Path) -> None:
+    """Load a tree of decision YAML files into the database (idempotent), then index them."""
+    from .decisions.importer import import_tree
+
+    async def work(services: Any) -> Any:
+        with click.progressbar(length=1, label="importing", file=sys.stderr) as bar:
+            def progress(done: int, total: int) -> None:
+                bar.length = total
+                bar.update(done - bar.pos)
+
+            report = await import_tree(services, directory, progress=progress)
+        stats = await services.relay.drain()
+        return report, stats
+
+    report, stats = _with_services(work)
+    for name, reason in report.failed:
+        click.echo(f"could not import {name}: {reason}", err=True)
+    click.echo(
+        f"files {report.files}, new {report.new}, already present {report.existing}, "
+        f"failed {len(report.failed)}; indexed and exported: {stats.done} event(s), "
+        f"{stats.failed} to retry"
+    )
+
+
+@main.command("reindex")
+def reindex_command() -> None:
+    """Rebuild the vector index from the database into a new collection, then switch over.
+
+    With the embedded index, stop the server first (one process per index directory)."""
+    from .search.reindex import reindex
+
+    async def work(services: Any) -> int:
+        with click.progressbar(length=1, label="indexing", file=sys.stderr) as bar:
+            def progress(done: int, total: int) -> None:
+                bar.length = max(total, 1)
+                bar.update(done - bar.pos)
+
+            return await reindex(services, progress=progress)
+
+    count = _with_services(work)
+    click.echo(f"indexed {count} decision(s)")
 
 
 if __name__ == "__main__":  # pragma: no cover

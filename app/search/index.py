@@ -18,6 +18,7 @@ import asyncio
 import functools
 import logging
 import threading
+import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ import httpx
 from chromadb.api import ClientAPI
 from chromadb.api.models.Collection import Collection
 from chromadb.config import Settings
+from chromadb.errors import NotFoundError
 
 from app.search.embedder import Embedder
 
@@ -190,17 +192,53 @@ class VectorIndex:
                     pass
 
     def _run(self, op: Callable[[Collection], T]) -> T:
-        """Run ``op`` on the (lazily connected) collection; any failure -> IndexUnavailable."""
-        collection: Collection | None = None
-        try:
-            collection = self._get_collection()
-            return op(collection)
-        except IndexUnavailable:
-            raise
-        except Exception as exc:
-            logger.warning("vector index call failed: %s", type(exc).__name__)
-            self._invalidate(collection)
-            raise _unavailable(exc) from exc
+        """Run ``op`` on the (lazily connected) collection; any failure -> IndexUnavailable.
+
+        A collection that vanished under us (``cstp reindex`` switched to a rebuilt one) is
+        looked up again by name and the call retried once, so the switch costs no error.
+        """
+        for attempt in (1, 2):
+            collection: Collection | None = None
+            try:
+                collection = self._get_collection()
+                return op(collection)
+            except IndexUnavailable:
+                raise
+            except NotFoundError as exc:
+                self._invalidate(collection)
+                if attempt == 2:
+                    raise _unavailable(exc) from exc
+            except Exception as exc:
+                logger.warning("vector index call failed: %s", type(exc).__name__)
+                self._invalidate(collection)
+                raise _unavailable(exc) from exc
+        raise AssertionError("unreachable")
+
+    def sibling(self, collection: str) -> VectorIndex:
+        """The same Chroma (and embedder) with another collection, e.g. to rebuild into."""
+        return VectorIndex(self._connect, self._embedder, collection, remote=self._remote)
+
+    async def promote(self, live: str) -> None:
+        """Make this collection the one named ``live`` and drop the one that had the name.
+
+        Chroma has no aliases, so the old collection is renamed aside first; clients of the
+        old one find the new one by name on their next call (see ``_run``).
+        """
+        retired = f"{live}-retired-{uuid.uuid4().hex[:8]}"
+
+        def op(c: Collection) -> None:
+            client = self._client
+            assert client is not None
+            names = {getattr(col, "name", col) for col in client.list_collections()}
+            if live in names:
+                client.get_collection(live, embedding_function=None).modify(name=retired)
+            c.modify(name=live)
+            if live in names:
+                client.delete_collection(retired)
+
+        await self._op(op)
+        with self._lock:
+            self._name = live
 
     async def _call(self, fn: Callable[[], T]) -> T:
         """Run blocking work (Chroma, embedding) in a worker thread, counting failures."""

@@ -1,0 +1,72 @@
+"""Rebuild the vector index from the database (``cstp reindex``).
+
+The index is derived data. The rebuild writes into a NEW collection while the live one keeps
+answering queries, then switches the name over. Decisions recorded or reviewed while it ran
+went to the old collection, so a catch-up pass re-indexes everything touched since the start.
+Documents are built by app.decisions.document, the same function every write path uses.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from sqlalchemy import or_, select
+
+from app.db.decisions import Decision
+from app.decisions.document import index_entry, load_decisions
+
+if TYPE_CHECKING:
+    from app.services import Services
+
+    from .index import VectorIndex
+
+Progress = Callable[[int, int], None]
+LIVE_COLLECTION = "decisions"
+BATCH = 256
+
+
+async def _copy(
+    services: Services, target: VectorIndex, query_ids: object, progress: Progress | None,
+    total: int,
+) -> int:
+    done = 0
+    last_id: str | None = None
+    while True:
+        async with services.db.transaction(write=False) as session:
+            query = select(Decision.id).order_by(Decision.id).limit(BATCH)
+            if query_ids is not None:
+                query = query.where(query_ids)  # type: ignore[arg-type]
+            if last_id is not None:
+                query = query.where(Decision.id > last_id)
+            ids = list(await session.scalars(query))
+            if not ids:
+                return done
+            rows = await load_decisions(session, ids)
+        await target.upsert([index_entry(rows[i]) for i in ids if i in rows])
+        done += len(ids)
+        last_id = ids[-1]
+        if progress is not None:
+            progress(done, max(total, done))
+
+
+async def reindex(services: Services, progress: Progress | None = None) -> int:
+    """Rebuild into a fresh collection, switch it live, catch up; returns the count indexed."""
+    from sqlalchemy import func
+
+    started = services.runtime.now() - timedelta(seconds=5)
+    async with services.db.transaction(write=False) as session:
+        total = int(await session.scalar(select(func.count()).select_from(Decision)) or 0)
+    target = services.index.sibling(f"{LIVE_COLLECTION}-rebuild-{uuid.uuid4().hex[:8]}")
+    try:
+        count = await _copy(services, target, None, progress, total)
+        await target.promote(LIVE_COLLECTION)
+        touched = or_(Decision.created_at >= started, Decision.reviewed_at >= started)
+        await _copy(services, target, touched, None, 0)
+    finally:
+        await target.aclose()
+    if progress is not None:
+        progress(count, count)
+    return count
