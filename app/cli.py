@@ -257,5 +257,10 @@ def reindex_command() -> None:
     click.echo(f"indexed {count} decision(s)")
 
 
+from .client_cli import register_client_commands  # noqa: E402
+
+register_client_commands(main)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -3,17 +3,20 @@ CSTP_TEST_DATABASE_URL), the real embedder loaded once, and an async client on t
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+import httpx
 import pytest
-from litestar.testing import AsyncTestClient
+from litestar import Litestar
 
 from app.asgi import create_app
 from app.config import Settings, parse_rate_limits
@@ -98,11 +101,51 @@ def settings(database_url: str, tmp_path: Path) -> Settings:
     )
 
 
+class AppClient(httpx.AsyncClient):
+    """An HTTP client wired straight into the app, in the test's own event loop.
+
+    Litestar's AsyncTestClient runs the app's lifespan in a second event loop (a blocking
+    portal thread); asyncpg connections are bound to one loop, so tests that also use the
+    app's services directly would mix loops. This client runs everything in one loop.
+    """
+
+    def __init__(self, app: Litestar) -> None:
+        super().__init__(transport=httpx.ASGITransport(app=app), base_url="http://testserver.local")
+        self.app = app
+
+
+@asynccontextmanager
+async def serve_app(app: Litestar) -> AsyncIterator[AppClient]:
+    """Run ``app``'s lifespan (relay loop, shutdown) around a client for it.
+
+    The lifespan lives in a task of its own: its cancel scope must be entered and left by
+    the same task, which a fixture's setup and teardown are not.
+    """
+    started, stop = asyncio.Event(), asyncio.Event()
+
+    async def run() -> None:
+        async with app.lifespan():
+            started.set()
+            await stop.wait()
+
+    task = asyncio.create_task(run())
+    await asyncio.wait([task, asyncio.create_task(started.wait())],
+                       return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        task.result()
+    try:
+        async with AppClient(app) as http:
+            yield http
+    finally:
+        stop.set()
+        await task
+
+
 @dataclass
 class Rpc:
     """A JSON-RPC caller over the real HTTP app."""
 
-    client: AsyncTestClient[Any]
+    client: AppClient
     token: str = "token-alice"
 
     async def raw(self, body: Any, token: str | None = None) -> Any:
@@ -131,19 +174,19 @@ class Rpc:
 
 
 @pytest.fixture
-async def client(settings: Settings, embedder: Embedder) -> AsyncIterator[AsyncTestClient[Any]]:
+async def client(settings: Settings, embedder: Embedder) -> AsyncIterator[AppClient]:
     app = create_app(settings, embedder=embedder)
-    async with AsyncTestClient(app) as test_client:
-        yield test_client
+    async with serve_app(app) as http:
+        yield http
 
 
 @pytest.fixture
-def rpc(client: AsyncTestClient[Any]) -> Rpc:
+def rpc(client: AppClient) -> Rpc:
     return Rpc(client)
 
 
 @pytest.fixture
-def services(client: AsyncTestClient[Any]) -> Any:
+def services(client: AppClient) -> Any:
     return client.app.state.services
 
 

