@@ -45,7 +45,7 @@ class Services:
                 pass
         self.background.clear()
         await self.limiter.close()
-        self.index.close()
+        await self.index.aclose()
         await self.db.dispose()
 
 

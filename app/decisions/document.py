@@ -101,12 +101,17 @@ def export_fields(d: Decision) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None and v != [] and v != {}}
 
 
-def index_entry(d: Decision) -> IndexEntry:
-    """The vector index document and metadata; filters in app.search.filters read these keys."""
+def index_text(d: Decision) -> str:
+    """The text that is embedded: the decision, its context and its reasons."""
     parts = [d.decision]
     if d.context:
         parts.append(d.context)
     parts.extend(r.text for r in d.reasons)
+    return "\n".join(parts)
+
+
+def index_entry(d: Decision) -> IndexEntry:
+    """The vector index document and metadata; filters in app.search.filters read these keys."""
     metadata: dict[str, Any] = {
         "title": d.summary,
         "category": d.category,
@@ -124,7 +129,7 @@ def index_entry(d: Decision) -> IndexEntry:
     }
     metadata.update(tag_metadata(tags_of(d)))
     clean = {k: v for k, v in metadata.items() if v is not None}
-    return IndexEntry(id=d.id, document="\n".join(parts), metadata=clean)
+    return IndexEntry(id=d.id, document=index_text(d), metadata=clean)
 
 
 def wire(d: Decision, *, reviews: list[dict[str, Any]] | None = None) -> dict[str, Any]:

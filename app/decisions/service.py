@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -123,6 +124,8 @@ async def record(ctx: CallContext, p: RecordDecisionParams) -> RecordDecisionRes
         for i, r in enumerate(p.reasons)
     ]
     decision.tags = [DecisionTag(tag=t, position=i) for i, t in enumerate(_unique(p.tags))]
+    # Embed while the rows are written and committed: the relay then finds the vector ready.
+    prepared = asyncio.ensure_future(ctx.services.index.prepare([document.index_text(decision)]))
     await _link_intent(ctx, decision, p)
     decision.guardrail_evaluation_id = await _evaluate_guardrails(ctx, p)
     await _insert_with_fresh_id(ctx, decision)
@@ -136,6 +139,7 @@ async def record(ctx: CallContext, p: RecordDecisionParams) -> RecordDecisionRes
     index_event = next(e.id for e in events if e.kind == "index")
 
     async def deliver() -> None:
+        await prepared
         stats = await relay.process(events)
         result.indexed = index_event in stats.done_ids
 

@@ -19,7 +19,7 @@ import functools
 import logging
 import threading
 import uuid
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +42,7 @@ MetadataValue = str | int | float | bool | list[str]
 CONNECT_TIMEOUT_S = 2.0
 REQUEST_TIMEOUT_S = 5.0
 MAX_FLUSH_ENTRIES = 256  # well under Chroma's max batch (5461) and keeps a flush short
+PREPARED_LIMIT = 2048  # prepared vectors kept at most (oldest dropped first)
 
 
 class IndexUnavailable(Exception):
@@ -126,6 +127,10 @@ class VectorIndex:
         self._closed = False
         self._pending: deque[_Pending] = deque()
         self._flusher: asyncio.Task[None] | None = None
+        # Vectors computed ahead of their upsert (``prepare``), consumed by ``_write``.
+        self._prepared: OrderedDict[str, list[float]] = OrderedDict()
+        self._to_prepare: list[tuple[str, asyncio.Future[None]]] = []
+        self._preparer: asyncio.Task[None] | None = None
         self.stats = IndexStats()
 
     @classmethod
@@ -303,6 +308,50 @@ class VectorIndex:
                 if not group.future.done():
                     group.future.set_result(None)
 
+    async def prepare(self, texts: Sequence[str]) -> None:
+        """Embed ``texts`` ahead of their upsert, e.g. while the transaction that writes the
+        rows commits, so the embedding is off the critical path. Concurrent calls are embedded
+        in one batch. Never raises: a failed prepare only means ``upsert`` embeds itself."""
+        loop = asyncio.get_running_loop()
+        waits = []
+        for text in texts:
+            future: asyncio.Future[None] = loop.create_future()
+            self._to_prepare.append((text, future))
+            waits.append(future)
+        if self._preparer is None or self._preparer.done():
+            self._preparer = loop.create_task(self._prepare_loop())
+        await asyncio.gather(*waits, return_exceptions=True)
+
+    async def _prepare_loop(self) -> None:
+        while self._to_prepare:
+            work, self._to_prepare = self._to_prepare, []
+            texts = list(dict.fromkeys(text for text, _ in work))
+            try:
+                vectors = await asyncio.to_thread(self._embedder.embed, texts)
+            except Exception:  # noqa: BLE001 - upsert will embed (and report) by itself
+                logger.debug("prepare failed", exc_info=True)
+            else:
+                with self._lock:
+                    for text, vector in zip(texts, vectors, strict=True):
+                        self._prepared[text] = list(vector)
+                    while len(self._prepared) > PREPARED_LIMIT:
+                        self._prepared.popitem(last=False)
+            for _, future in work:
+                if not future.done():
+                    future.set_result(None)
+
+    def _vectors_for(self, documents: list[str]) -> list[list[float]]:
+        """Prepared vectors where there are some, one embedding batch for the rest."""
+        with self._lock:
+            found = {d: self._prepared.pop(d) for d in set(documents) if d in self._prepared}
+        missing = [d for d in dict.fromkeys(documents) if d not in found]
+        if missing:
+            try:
+                found.update(zip(missing, self._embedder.embed(missing), strict=True))
+            except Exception as exc:
+                raise _unavailable(exc) from exc
+        return [list(found[d]) for d in documents]
+
     def _write(self, entries: list[IndexEntry]) -> int:
         """One flush, in a worker thread: one embedding batch, one Chroma call per chunk."""
         latest: dict[str, IndexEntry] = {}
@@ -313,10 +362,7 @@ class VectorIndex:
         ids = [item.id for item in items]
         documents = [item.document for item in items]
         metadatas = [clean_metadata(item.metadata) for item in items]
-        try:
-            vectors = self._embedder.embed(documents)
-        except Exception as exc:
-            raise _unavailable(exc) from exc
+        vectors = self._vectors_for(documents)
         for start in range(0, len(items), MAX_FLUSH_ENTRIES):
             chunk = slice(start, start + MAX_FLUSH_ENTRIES)
             self._run(functools.partial(self._replace, ids=ids[chunk], vectors=vectors[chunk],
