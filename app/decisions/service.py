@@ -51,7 +51,7 @@ async def _insert_with_fresh_id(ctx: CallContext, decision: Decision) -> None:
                 await ctx.session.flush()
             return
         except IntegrityError:
-            ctx.session.expunge(decision)
+            # Rolling back the savepoint already took ``decision`` out of the session.
             continue
     raise RpcError(STORAGE_ERROR, "Storage error: no free decision id could be drawn")
 

@@ -132,7 +132,7 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
             await ctx.session.flush()
     except IntegrityError:
         # A concurrent retry with the same correlationId committed first: answer as it did.
-        ctx.session.expunge(intent)
+        # (The savepoint's rollback has already taken ``intent`` out of the session.)
         stored = await _stored(ctx, correlation_id)
         if stored is None:
             raise
