@@ -75,7 +75,8 @@ def row(i: int, confidence: float, outcome: str | None, **fields: Any) -> dict[s
 async def insert_rows(services: Any, rows: list[dict[str, Any]], chunk: int = 5000) -> None:
     for start in range(0, len(rows), chunk):
         async with services.db.transaction() as session:
-            await session.execute(insert(Decision), rows[start:start + chunk])
+            # Core insert: a plain DBAPI executemany, several times faster than the ORM path.
+            await session.execute(insert(Decision.__table__), rows[start:start + chunk])
 
 
 # --- SPEC's worked examples ---------------------------------------------------------------
@@ -161,9 +162,8 @@ async def test_fewer_than_min_decisions_is_insufficient_data(rpc: Any, services:
     assert result["overall"]["totalDecisions"] == 3
     assert result["brierScore"] == round3((0.01 + 0.81 + 0.01) / 3)
     assert "Only 3 reviewed decision(s)" in result["recommendations"][0]
-    assert (await rpc.ok(METHOD, {"filters": {"minDecisions": 3}}))["interpretation"] == (
-        "slightly_overconfident"
-    )
+    enough = await rpc.ok(METHOD, {"filters": {"minDecisions": 3}})
+    assert enough["interpretation"] == "overconfident"  # 67% success at 0.9
 
 
 # --- filters --------------------------------------------------------------------------------
@@ -310,10 +310,17 @@ async def test_invalid_params_name_the_field(rpc: Any) -> None:
 
 # --- scale ----------------------------------------------------------------------------------
 
-OUTCOMES = ("success", "success", "partial", "failure", "abandoned", None)
+SCORED = ("success", "success", "partial", "failure", "success", "failure", "partial")
 
 
-def generated(count: int) -> tuple[list[dict[str, Any]], dict[str, float], dict[str, int]]:
+def outcome_of(i: int) -> str | None:
+    """A deterministic mix: 1 in 51 unreviewed, 1 in 10 of the rest abandoned."""
+    if i % 51 == 0:
+        return None
+    return "abandoned" if i % 10 == 3 else SCORED[(i * 5) % len(SCORED)]
+
+
+def generated(count: int) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, int]]:
     """Deterministic rows plus the figures they must produce, computed here independently."""
     rows = []
     n = reviewed = 0
@@ -321,7 +328,7 @@ def generated(count: int) -> tuple[list[dict[str, Any]], dict[str, float], dict[
     buckets: dict[str, int] = defaultdict(int)
     for i in range(count):
         confidence = ((i * 37) % 101) / 100
-        outcome = OUTCOMES[(i * 7) % len(OUTCOMES)] if i % 13 else "success"
+        outcome = outcome_of(i)
         rows.append(row(i, confidence, outcome, recorded_by=("alice", "bob")[i % 2]))
         reviewed += outcome is not None
         if outcome in SCORE:
@@ -329,7 +336,7 @@ def generated(count: int) -> tuple[list[dict[str, Any]], dict[str, float], dict[
             conf += confidence
             score += SCORE[outcome]
             squared += (confidence - SCORE[outcome]) ** 2
-            index = min(9, next(k for k in range(9, -1, -1) if confidence >= k / 10))
+            index = next(k for k in range(9, -1, -1) if confidence >= k / 10)
             buckets[f"{index / 10:.1f}-{(index + 1) / 10:.1f}"] += 1
     expected = {"brierScore": round3(squared / n), "accuracy": round3(score / n),
                 "calibrationGap": round3((score - conf) / n), "meanConfidence": round3(conf / n),
@@ -339,8 +346,8 @@ def generated(count: int) -> tuple[list[dict[str, Any]], dict[str, float], dict[
 
 
 async def test_100k_reviewed_decisions_in_sql_with_flat_memory(rpc: Any, services: Any) -> None:
-    rows, expected, buckets = generated(120_000)
-    assert expected["totalDecisions"] > 100_000 - 20_000 and expected["reviewedDecisions"] > 100_000
+    rows, expected, buckets = generated(102_000)
+    assert expected["reviewedDecisions"] == 100_000 and expected["totalDecisions"] > 90_000
     started = time.perf_counter()
     await insert_rows(services, rows, chunk=10_000)
     del rows
@@ -357,4 +364,5 @@ async def test_100k_reviewed_decisions_in_sql_with_flat_memory(rpc: Any, service
         assert overall[key] == value, (key, overall[key], value)
     assert {b["bucket"]: b["count"] for b in result["buckets"]} == buckets
     assert sum(g["totalDecisions"] for g in result["groups"]) == expected["totalDecisions"]
+    print(f"100k calibration: insert {inserted:.1f}s, call peak {peak / 1e6:.2f} MB")
     assert peak < 5 * 1024 * 1024, f"peak {peak / 1e6:.1f} MB (insert took {inserted:.1f}s)"

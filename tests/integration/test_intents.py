@@ -24,7 +24,7 @@ from app.db.decisions import Decision
 from app.db.guardrails import GuardrailEvaluation, GuardrailRuleResult
 from app.db.intents import Intent, IntentMatch
 from app.search.embedder import Embedder
-from conftest import USE_PG, Rpc, serve_app
+from conftest import Rpc, serve_app
 
 ANNOUNCE = "cstp.announceIntent"
 

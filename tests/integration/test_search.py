@@ -14,14 +14,13 @@ import shutil
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import pytest
-from conftest import PG_URL, TOKENS, USE_PG, Rpc, _pg_admin_dsn, _with_db
-from litestar.testing import AsyncTestClient
+from conftest import PG_URL, TOKENS, USE_PG, Rpc, _pg_admin_dsn, _with_db, serve_app
 
 from app.asgi import create_app
 from app.config import Settings, parse_rate_limits
@@ -180,6 +179,20 @@ VARIANTS: list[tuple[str, Any, Predicate]] = [
     ("dateAfter", "2026-03-15", lambda d: d.created_at >= MIDNIGHT),
     ("dateBefore", "2026-03-15", lambda d: d.created_at < MIDNIGHT),
     ("dateAfter", iso(CORPUS[39].created_at + timedelta(seconds=1)), lambda d: False),
+    # the same instants written with another UTC offset
+    ("dateAfter", AFTER_AT.astimezone(timezone(timedelta(hours=2))).isoformat(),
+     lambda d: d.created_at >= AFTER_AT),
+    ("dateBefore", BEFORE_AT.astimezone(timezone(timedelta(hours=-5))).isoformat(),
+     lambda d: d.created_at < BEFORE_AT),
+    # whole numbers sent as JSON integers
+    ("minConfidence", 1, lambda d: d.confidence == 1.0),
+    ("maxConfidence", 0, lambda d: d.confidence == 0.0),
+    ("minConfidence", 0, lambda d: True),
+    # an empty list restricts nothing; tags are exact and case-sensitive
+    ("tags", [], lambda d: True),
+    ("stakes", [], lambda d: True),
+    ("tags", ["DB"], lambda d: False),
+    ("tags", ["db", "db"], lambda d: "db" in d.tags),
 ]
 
 PAIRS = list(itertools.combinations(FILTERS, 2))
@@ -195,7 +208,9 @@ def expected_ids(predicates: list[Predicate]) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-async def module_db(template_db: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
+async def module_db(
+    template_db: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[str]:
     if USE_PG:
         name = f"cstp_s_{uuid.uuid4().hex[:12]}"
         conn = await asyncpg.connect(_pg_admin_dsn(PG_URL))
@@ -235,7 +250,7 @@ async def corpus_rpc(
     settings = make_settings(module_db, tmp_path_factory.mktemp("search-app"))
     app = create_app(settings, runtime=Runtime(now=clock), embedder=embedder)
     token_of = {agent: token for token, agent in TOKENS.items()}
-    async with AsyncTestClient(app) as client:
+    async with serve_app(app) as client:
         rpc = Rpc(client)
         for d in CORPUS:
             clock.now = d.created_at
@@ -414,7 +429,7 @@ async def test_paraphrase_finds_the_decision_first(rpc: Rpc) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("limit", [0, 51, -1])
+@pytest.mark.parametrize("limit", [0, 51, -1, "10", 2.5, True])
 async def test_limit_out_of_range(rpc: Rpc, limit: int) -> None:
     error = await rpc.error("cstp.queryDecisions", {"query": "anything", "limit": limit})
     assert error["code"] == -32602
@@ -447,9 +462,11 @@ async def test_blank_or_missing_query(rpc: Rpc, params: dict[str, Any]) -> None:
         ({"tags": "infra"}, "filters.tags"),
         ({"dateAfter": "last week"}, "filters.dateAfter"),
         ({"dateBefore": "2026-13-45"}, "filters.dateBefore"),
+        ({"dateAfter": "2026-03-01T10:00:00"}, "filters.dateAfter"),  # no time zone
+        ("security", "filters"),
     ],
 )
-async def test_bad_filter_names_the_field(rpc: Rpc, filters: dict[str, Any], field: str) -> None:
+async def test_bad_filter_names_the_field(rpc: Rpc, filters: Any, field: str) -> None:
     error = await rpc.error("cstp.queryDecisions", {"query": "anything", "filters": filters})
     assert error["code"] == -32602, error
     assert error["data"]["field"].startswith(field), error
@@ -466,6 +483,50 @@ async def test_unknown_params_and_null_filters_are_ignored(rpc: Rpc) -> None:
     assert [item["id"] for item in result["decisions"]] == [recorded["id"]]
 
 
+async def test_date_filters_are_exact_to_the_microsecond(
+    settings: Settings, embedder: Any
+) -> None:
+    """Date bounds close together (1 s, 1 ms, 1 µs apart) are still told apart."""
+    base = datetime(2026, 9, 30, 23, 59, 58, tzinfo=UTC)
+    offsets = [timedelta(0), timedelta(seconds=1), timedelta(seconds=1, milliseconds=1),
+               timedelta(seconds=1, milliseconds=1, microseconds=1), timedelta(seconds=2)]
+    clock = Clock(base)
+    app = create_app(settings, runtime=Runtime(now=clock), embedder=embedder)
+    async with serve_app(app) as client:
+        rpc = Rpc(client)
+        ids = []
+        for i, offset in enumerate(offsets):
+            clock.now = base + offset
+            result = await rpc.ok("cstp.recordDecision", {
+                "decision": f"Tune the cache eviction policy, step {i}", "confidence": 0.7,
+                "category": "tooling"})
+            ids.append(result["id"])
+        for lo in range(len(offsets)):
+            for hi in range(lo, len(offsets) + 1):
+                filters: dict[str, Any] = {"dateAfter": iso(base + offsets[lo])}
+                if hi < len(offsets):
+                    filters["dateBefore"] = iso(base + offsets[hi])
+                found = await rpc.ok("cstp.queryDecisions", {
+                    "query": "cache eviction", "limit": 50, "filters": filters})
+                assert {item["id"] for item in found["decisions"]} == set(ids[lo:hi]), filters
+
+
+async def test_filters_on_an_empty_index_or_missing_keys_give_no_match(rpc: Rpc) -> None:
+    filters = {name: value for name, (value, _p) in FILTERS.items()}
+    empty = await rpc.ok("cstp.queryDecisions", {"query": "anything", "filters": filters})
+    assert empty["decisions"] == [] and empty["total"] == 0
+    bare = await rpc.ok("cstp.recordDecision", {"decision": "Keep a changelog",
+                                                "confidence": 0.6, "category": "process"})
+    for name in ("tags", "project", "feature", "pr"):
+        value = FILTERS[name][0]
+        result = await rpc.ok("cstp.queryDecisions",
+                              {"query": "changelog", "filters": {name: value}})
+        assert result["decisions"] == [], name
+    found = await rpc.ok("cstp.queryDecisions", {"query": "changelog",
+                                                 "filters": {"hasOutcome": False}})
+    assert [item["id"] for item in found["decisions"]] == [bare["id"]]
+
+
 # ---------------------------------------------------------------------------------------------
 # Backend failure: -32003, never a silent empty list
 # ---------------------------------------------------------------------------------------------
@@ -476,7 +537,7 @@ async def test_unreachable_index_is_query_failed(
 ) -> None:
     down = replace(settings, chroma_url=f"http://127.0.0.1:{free_port}")
     app = create_app(down, embedder=embedder)
-    async with AsyncTestClient(app) as client:
+    async with serve_app(app) as client:
         rpc = Rpc(client)
         recorded = await rpc.ok("cstp.recordDecision",
                                 {"decision": "Deploy auth service", "confidence": 0.9,
