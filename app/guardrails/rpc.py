@@ -14,7 +14,9 @@ from .service import Request, check
 async def check_guardrails(ctx: CallContext, p: CheckGuardrailsParams) -> dict[str, Any]:
     a = p.action
     request = Request(a.description, a.category, a.stakes, a.confidence, a.project, a.context)
-    checked = await check(ctx, request, source="checkGuardrails")
+    checked = await check(
+        ctx, request, source="checkGuardrails", category_field="action.category"
+    )
     return checked.wire(ctx.agent)
 
 

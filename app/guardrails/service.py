@@ -69,11 +69,15 @@ class Checked:
         }
 
 
-async def check(ctx: CallContext, request: Request, source: str) -> Checked:
-    """Evaluate and store. -32004 only when no applicable rule could be evaluated."""
+async def check(
+    ctx: CallContext, request: Request, source: str, *, category_field: str = "category"
+) -> Checked:
+    """Evaluate and store. -32004 only when no applicable rule could be evaluated.
+
+    ``category_field`` is how the caller's params name the category, for the -32602 answer."""
     settings = ctx.services.settings
     if request.category is not None and request.category not in settings.categories:
-        raise invalid_params("category", "must be one of: " + ", ".join(settings.categories))
+        raise invalid_params(category_field, "must be one of: " + ", ".join(settings.categories))
     facts = facts_of(request)
     evaluation = evaluate(ctx.services.rules, facts, scope_of(request))
     if evaluation.failed:
