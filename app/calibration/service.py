@@ -58,8 +58,9 @@ def recommendations(
             f"{min_decisions} are needed: review more decisions (cstp.reviewDecision) before "
             "trusting these figures."
         )
-    elif overall.gap is not None and overall.accuracy is not None:
-        stated, success = percent(overall.sum_confidence / overall.scored), percent(overall.accuracy)
+    elif overall.gap is not None:
+        stated = percent(overall.sum_confidence / overall.scored)
+        success = percent(overall.sum_score / overall.scored)
         if abs(overall.gap) <= TOLERANCE:
             advice.append(
                 f"Your stated confidence ({stated}%) matches your success rate ({success}%): "
@@ -157,11 +158,13 @@ def _bucket() -> ColumnElement[Any]:
     """Index 0-9 of the confidence's 0.1-wide bucket; 1.0 joins the top bucket.
 
     Compared against the bucket edges instead of FLOOR/CAST of ``confidence * 10``: SQLite's
-    CAST truncates but Postgres' rounds, SQLite may lack FLOOR, and 0.7 * 10 is not exactly 7
-    in floating point. ``i / 10`` is the same double as the literal ``0.i``, so a decision at
-    exactly 0.7 lands in 0.7-0.8 on both databases.
+    CAST truncates but Postgres' rounds, SQLite may lack FLOOR, and products such as 0.7 * 10
+    are not exact in floating point. ``i / 10`` is the same double as the literal ``0.i``, so
+    a decision at exactly 0.7 lands in 0.7-0.8 on both databases.
     """
-    edges = [(Decision.confidence >= literal(i / 10, Float()), i) for i in range(BUCKETS - 1, 0, -1)]
+    edges = [
+        (Decision.confidence >= literal(i / 10, Float()), i) for i in range(BUCKETS - 1, 0, -1)
+    ]
     return case(*edges, else_=0)
 
 
