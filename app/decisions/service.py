@@ -6,7 +6,7 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Select, func, or_, select
+from sqlalchemy import Select, case, func, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
@@ -162,11 +162,12 @@ async def get(ctx: CallContext, p: GetDecisionParams) -> dict[str, Any]:
     return {"found": True, "decision": document.wire(decision, reviews=reviews)}
 
 
+STAKES_ORDER = {"low": 0, "medium": 1, "high": 2, "critical": 3}
 _SORT = {
     "createdAt": Decision.created_at,
     "confidence": Decision.confidence,
     "category": Decision.category,
-    "stakes": Decision.stakes,
+    "stakes": case(STAKES_ORDER, value=Decision.stakes, else_=-1),  # by severity
     "status": Decision.status,
 }
 
@@ -190,7 +191,11 @@ def _filtered(p: ListDecisionsParams) -> Select[tuple[Decision]]:
     if p.date_from:
         query = query.where(Decision.created_at >= parse_timestamp("dateFrom", p.date_from))
     if p.date_to:
-        query = query.where(Decision.created_at < parse_timestamp("dateTo", p.date_to))
+        # A timestamp is an exclusive end; a bare date means "through that day".
+        end = parse_timestamp("dateTo", p.date_to)
+        if len(p.date_to.strip()) == 10:
+            end += timedelta(days=1)
+        query = query.where(Decision.created_at < end)
     if p.search and p.search.strip():
         needle = "%" + _escape_like(p.search.strip().lower()) + "%"
         query = query.where(

@@ -41,6 +41,11 @@ def _strip_nulls(value: Any) -> Any:
     return value
 
 
+def _camel(key: str) -> str:
+    head, *rest = key.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
 def normalize(params: dict[str, Any]) -> dict[str, Any]:
     """Apply aliases (camelCase wins when both are sent) and drop nulls."""
     out: dict[str, Any] = {}
@@ -51,7 +56,10 @@ def normalize(params: dict[str, Any]) -> dict[str, Any]:
         name = ALIASES.get(key, key)
         if name != key and name in params and params[name] is not None:
             continue
-        out[name] = value if name in FREE_FORM else _strip_nulls(value)
+        value = value if name in FREE_FORM else _strip_nulls(value)
+        if name == "preDecision" and isinstance(value, dict):
+            value = {_camel(k): v for k, v in value.items()}
+        out[name] = value
     if isinstance(project_context, dict):
         for key, value in project_context.items():
             if value is not None:
