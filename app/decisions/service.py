@@ -43,8 +43,6 @@ async def _insert_with_fresh_id(ctx: CallContext, decision: Decision) -> None:
     overwrite, even when two transactions draw the same id at once."""
     for _ in range(MAX_ID_DRAWS):
         decision.id = ctx.services.runtime.decision_id()
-        if await ctx.session.get(Decision, decision.id) is not None:
-            continue
         try:
             async with ctx.session.begin_nested():
                 ctx.session.add(decision)
