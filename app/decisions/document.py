@@ -55,6 +55,10 @@ def tags_of(decision: Decision) -> list[str]:
     return [t.tag for t in decision.tags]
 
 
+def reasons_of(decision: Decision) -> list[dict[str, Any]]:
+    return [{"type": r.type, "text": r.text, "strength": r.strength} for r in decision.reasons]
+
+
 def _pre_decision(d: Decision) -> dict[str, Any]:
     values = {
         "query_run": d.pre_query_run,
@@ -77,7 +81,7 @@ def export_fields(d: Decision) -> dict[str, Any]:
         "status": d.status,
         "date": iso(d.created_at),
         "context": d.context,
-        "reasons": [{"type": r.type, "text": r.text, "strength": r.strength} for r in d.reasons],
+        "reasons": reasons_of(d),
         "kpi_indicators": list(d.kpi_indicators or []),
         "mental_state": d.mental_state,
         "review_by": iso(d.review_by) if d.review_by else None,
@@ -146,7 +150,7 @@ def wire(d: Decision, *, reviews: list[dict[str, Any]] | None = None) -> dict[st
         "date": iso(d.created_at),
         "createdAt": iso(d.created_at),
         "context": d.context,
-        "reasons": [{"type": r.type, "text": r.text, "strength": r.strength} for r in d.reasons],
+        "reasons": reasons_of(d),
         "kpiIndicators": list(d.kpi_indicators or []),
         "mentalState": d.mental_state,
         "reviewIn": d.review_in,

@@ -16,7 +16,6 @@ from app.decisions import document
 from app.rpc.context import CallContext
 from app.rpc.errors import query_failed
 from app.rpc.params import parse_timestamp
-from app.runtime import iso
 
 from .filters import SearchFilters, matches, to_where
 from .index import IndexUnavailable
@@ -82,27 +81,10 @@ async def search(
 
 
 def summary(found: Found, *, include_reasons: bool) -> dict[str, Any]:
-    d = found.decision
-    item: dict[str, Any] = {
-        "id": d.id,
-        "title": d.summary,
-        "category": d.category,
-        "confidence": d.confidence,
-        "stakes": d.stakes,
-        "status": d.status,
-        "date": iso(d.created_at),
-        "distance": round(found.distance, 6),
-        "agent": d.recorded_by,
-        "tags": document.tags_of(d),
-    }
-    if d.outcome is not None:
-        item["outcome"] = d.outcome
-    if d.project is not None:
-        item["project"] = d.project
+    item = document.list_item(found.decision)
+    item["distance"] = round(found.distance, 6)
     if include_reasons:
-        item["reasons"] = [
-            {"type": r.type, "text": r.text, "strength": r.strength} for r in d.reasons
-        ]
+        item["reasons"] = document.reasons_of(found.decision)
     return item
 
 
