@@ -187,9 +187,13 @@ def outbox_retry() -> None:
 
 
 @outbox.command("drain")
-def outbox_drain() -> None:
-    """Process every pending event now."""
-    stats = _with_services(lambda s: s.relay.drain())
+@click.option(
+    "--include-leased", is_flag=True,
+    help="Also take events leased to a server process; only when no server is running.",
+)
+def outbox_drain(include_leased: bool) -> None:
+    """Process every due pending event now."""
+    stats = _with_services(lambda s: s.relay.drain(include_leased=include_leased))
     click.echo(f"done {stats.done}, failed {stats.failed}, dead {stats.dead}")
     if stats.failed:
         sys.exit(1)
@@ -225,7 +229,7 @@ def import_tree_command(directory: Path) -> None:
                 bar.update(done - bar.pos)
 
             report = await import_tree(services, directory, progress=progress)
-        stats = await services.relay.drain()
+        stats = await services.relay.drain(include_leased=True)  # its own fresh events
         return report, stats
 
     report, stats = _with_services(work)
@@ -257,7 +261,7 @@ def reindex_command() -> None:
     click.echo(f"indexed {count} decision(s)")
 
 
-from .client_cli import register_client_commands  # noqa: E402
+from .client import register_client_commands  # noqa: E402
 
 register_client_commands(main)
 

@@ -12,6 +12,8 @@ ShortText = Annotated[str, Meta(pattern=r"\S", max_length=256)]
 Unit = Annotated[float, Meta(ge=0.0, le=1.0)]
 Tag = Annotated[str, Meta(pattern=r"\S", max_length=128)]
 DecisionId = Annotated[str, Meta(pattern=r"^[0-9a-f]{8}$")]
+# Whole numbers that every database column holds (32-bit integer columns).
+Count = Annotated[int, Meta(ge=0, le=2_147_483_647)]
 CorrelationId = Annotated[str, Meta(pattern=r"^[A-Za-z0-9._:-]{1,128}$")]
 Stakes = Literal["low", "medium", "high", "critical"]
 Status = Literal["pending", "reviewed"]
@@ -38,7 +40,7 @@ class ReasonIn(Struct):
 
 class PreDecisionIn(Struct):
     query_run: bool | None = None
-    similar_found: Annotated[int, Meta(ge=0)] | None = None
+    similar_found: Count | None = None
     guardrails_checked: bool | None = None
     guardrails_passed: bool | None = None
 
@@ -57,9 +59,9 @@ class RecordDecisionParams(Struct):
     pre_decision: PreDecisionIn | None = None
     project: ShortText | None = None
     feature: ShortText | None = None
-    pr: Annotated[int, Meta(ge=0)] | None = None
+    pr: Count | None = None
     file: Annotated[str, Meta(max_length=4096)] | None = None
-    line: Annotated[int, Meta(ge=0)] | None = None
+    line: Count | None = None
     commit: Annotated[str, Meta(max_length=64)] | None = None
     correlation_id: CorrelationId | None = None
 
@@ -70,7 +72,7 @@ class GetDecisionParams(Struct):
 
 class ListDecisionsParams(Struct):
     limit: Annotated[int, Meta(ge=1, le=500)] = 20
-    offset: Annotated[int, Meta(ge=0)] = 0
+    offset: Count = 0
     category: ShortText | None = None
     stakes: Stakes | None = None
     status: Status | None = None

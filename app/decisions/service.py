@@ -191,7 +191,7 @@ def _filtered(p: ListDecisionsParams) -> Select[tuple[Decision]]:
     if p.date_to:
         # A timestamp is an exclusive end; a bare date means "through that day".
         end = parse_timestamp("dateTo", p.date_to)
-        if len(p.date_to.strip()) == 10:
+        if len(p.date_to.strip()) == 10 and end.year < 9999:
             end += timedelta(days=1)
         query = query.where(Decision.created_at < end)
     if p.search and p.search.strip():

@@ -149,6 +149,8 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
 
 async def record_failure(ctx: CallContext, raw: dict[str, Any], error: RpcError) -> None:
     """The audit row of an announcement that did not succeed (rate limited or failed)."""
+    raw = _storable(raw)
+
     def text(key: str) -> str | None:
         value = raw.get(key)
         return value[:20_000] if isinstance(value, str) else None
@@ -171,6 +173,18 @@ async def record_failure(ctx: CallContext, raw: dict[str, Any], error: RpcError)
             metadata_=metadata if isinstance(metadata, dict) else None,
         )
     )
+
+
+def _storable(value: Any) -> Any:
+    """The request as the audit row can hold it: NUL characters (which Postgres text cannot
+    store, and for which the call itself was refused) become U+FFFD."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {_storable(k): _storable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_storable(v) for v in value]
+    return value
 
 
 async def intent_for_decision(ctx: CallContext, correlation_id: str) -> Intent | None:

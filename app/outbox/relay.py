@@ -88,9 +88,14 @@ class Relay:
             return RelayStats()
         return await self._process(claimed)
 
-    async def drain(self, *, include_leased: bool = True) -> RelayStats:
-        """Process every pending event now (``cstp outbox drain``); stops when none is left
-        or a pass makes no progress (the failures are then rescheduled with backoff)."""
+    async def drain(self, *, include_leased: bool = False) -> RelayStats:
+        """Process every due pending event now (``cstp outbox drain``); stops when none is
+        left or a pass makes no progress (the failures are then rescheduled with backoff).
+
+        Events under a lease belong to the relay holding it (a server processing them right
+        after its commit) and are left alone, so two relays never work on one event at once.
+        ``include_leased`` takes them too: only for when no server is running (a crashed
+        server's leases would otherwise wait out LEASE)."""
         total = RelayStats()
         while True:
             stats = await self.run_due(include_leased=include_leased)

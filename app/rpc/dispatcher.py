@@ -15,7 +15,9 @@ import msgspec
 from sqlalchemy.exc import SQLAlchemyError
 
 from .context import CallContext
-from .errors import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR, RpcError, method_not_found
+from .errors import (
+    INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, RpcError, method_not_found,
+)
 from .params import decode, ensure_object
 from .registry import Method, Registry
 
@@ -45,6 +47,9 @@ class Dispatcher:
             payload = msgspec.json.decode(body)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return _encoder.encode(_error(None, RpcError(PARSE_ERROR)))
+        except RecursionError:
+            error = RpcError(PARSE_ERROR, "Parse error: nested too deeply")
+            return _encoder.encode(_error(None, error))
         if isinstance(payload, list):
             if not payload:
                 return _encoder.encode(_error(None, RpcError(INVALID_REQUEST)))
@@ -80,7 +85,11 @@ class Dispatcher:
                 raise method_not_found(name)
             raw_params = ensure_object(item.get("params"))
             await self.services.limiter.check(agent, name)
-            params = decode(raw_params, method.params)
+            try:
+                params = decode(raw_params, method.params)
+            except RecursionError:
+                raise RpcError(INVALID_PARAMS, data={"field": "params",
+                                                     "error": "is nested too deeply"}) from None
             result = await self._run(method, params, agent)
         except RpcError as exc:
             error = exc

@@ -67,8 +67,30 @@ def normalize(params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _nul_path(value: Any, path: str) -> str | None:
+    """The path of the first string (or key) holding a NUL character, which no text column
+    of Postgres can store; None when there is none."""
+    stack = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return where
+        elif isinstance(item, dict):
+            for key, sub in item.items():
+                if isinstance(key, str) and "\x00" in key:
+                    return where
+                stack.append((sub, f"{where}.{key}" if where else str(key)))
+        elif isinstance(item, list):
+            stack.extend((sub, f"{where}[{i}]") for i, sub in enumerate(item))
+    return None
+
+
 def decode(params: dict[str, Any], struct: type[T]) -> T:
     """Validate ``params`` (already an object) into ``struct`` or raise -32602."""
+    nul = _nul_path(params, "")
+    if nul is not None:
+        raise invalid_params(nul or "params", "must not contain NUL characters")
     try:
         return msgspec.convert(normalize(params), struct, strict=True)
     except msgspec.ValidationError as exc:
@@ -175,8 +197,8 @@ def parse_timestamp(field: str, value: str) -> datetime:
         if len(text) == 10:
             return datetime.combine(date.fromisoformat(text), time.min, tzinfo=UTC)
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
+        if parsed.tzinfo is None:
+            raise invalid_params(field, "must carry a time zone (Z or +00:00)")
+        return parsed.astimezone(UTC)
+    except (ValueError, OverflowError):
         raise invalid_params(field, "must be an ISO-8601 date or timestamp") from None
-    if parsed.tzinfo is None:
-        raise invalid_params(field, "must carry a time zone (Z or +00:00)")
-    return parsed.astimezone(UTC)

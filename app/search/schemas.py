@@ -6,7 +6,7 @@ from typing import Annotated
 
 from msgspec import Meta
 
-from app.decisions.schemas import NonBlank, ShortText, Stakes, Status, Struct, Tag, Unit
+from app.decisions.schemas import Count, NonBlank, ShortText, Stakes, Status, Struct, Tag, Unit
 
 StakesList = Annotated[list[Stakes], Meta(max_length=4)]
 StatusList = Annotated[list[Status], Meta(max_length=2)]
@@ -24,7 +24,7 @@ class QueryFiltersIn(Struct):
     tags: Annotated[list[Tag], Meta(max_length=50)] | None = None
     project: ShortText | None = None
     feature: ShortText | None = None
-    pr: Annotated[int, Meta(ge=0)] | None = None
+    pr: Count | None = None
     has_outcome: bool | None = None
 
 
