@@ -52,7 +52,7 @@ async def review(ctx: CallContext, p: ReviewDecisionParams) -> dict[str, Any]:
     index_event = next(e.id for e in events if e.kind == "index")
 
     async def deliver() -> None:
-        stats = await relay.process(events)
+        stats = await relay.process(events, [decision])
         result["reindexed"] = index_event in stats.done_ids
 
     ctx.on_commit(deliver)

@@ -138,7 +138,7 @@ async def record(ctx: CallContext, p: RecordDecisionParams) -> RecordDecisionRes
 
     async def deliver() -> None:
         await prepared
-        stats = await relay.process(events)
+        stats = await relay.process(events, [decision])
         result.indexed = index_event in stats.done_ids
 
     ctx.on_commit(deliver)

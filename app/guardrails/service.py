@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import insert
+
 from app.db.guardrails import GuardrailEvaluation, GuardrailRuleResult
 from app.rpc.context import CallContext
 from app.rpc.errors import GUARDRAIL_EVAL_FAILED, RpcError, invalid_params
@@ -94,13 +96,18 @@ async def check(
     )
     messages = {r.guardrail_id: r.message for r in (*evaluation.violations, *evaluation.warnings)}
     ctx.session.add(row)
-    ctx.session.add_all(
-        GuardrailRuleResult(
-            evaluation_id=row.id, guardrail_id=c.guardrail_id, severity=c.severity,
-            fired=c.fired, message=messages.get(c.guardrail_id), error=c.error,
+    await ctx.session.flush()
+    if evaluation.results:
+        # One executemany for the per-rule rows: they need no ORM identity afterwards.
+        await ctx.session.execute(
+            insert(GuardrailRuleResult),
+            [
+                {"evaluation_id": row.id, "guardrail_id": c.guardrail_id,
+                 "severity": c.severity, "fired": c.fired,
+                 "message": messages.get(c.guardrail_id), "error": c.error}
+                for c in evaluation.results
+            ],
         )
-        for c in evaluation.results
-    )
     return Checked(evaluation, row.id, iso(now))
 
 

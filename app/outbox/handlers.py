@@ -36,10 +36,17 @@ def _export_all(root: Path, work: list[tuple[int, Decision]]) -> dict[int, str |
     return results
 
 
-async def run_events(relay: Relay, events: list[Event]) -> dict[int, str | None]:
-    """Run ``events``; the value is None for success, else a short error for the table."""
-    async with relay.db.transaction(write=False) as session:
-        decisions = await load_decisions(session, sorted({e[2] for e in events}))
+async def run_events(
+    relay: Relay, events: list[Event], known: dict[str, Decision] | None = None
+) -> dict[int, str | None]:
+    """Run ``events``; the value is None for success, else a short error for the table.
+
+    ``known`` holds rows the caller already has (fully loaded); the rest are read."""
+    decisions = dict(known or {})
+    missing = sorted({e[2] for e in events} - set(decisions))
+    if missing:
+        async with relay.db.transaction(write=False) as session:
+            decisions.update(await load_decisions(session, missing))
     results: dict[int, str | None] = {}
     exports: list[tuple[int, Decision]] = []
     indexed: list[tuple[int, Decision]] = []

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.decisions import Decision
 from app.db.outbox import OutboxEvent
 
 from .handlers import run_events
@@ -77,9 +78,16 @@ class Relay:
         session.add_all(events)
         return events
 
-    async def process(self, events: Sequence[OutboxEvent]) -> RelayStats:
-        """Process events this process holds the lease of (the inline pass after commit)."""
-        return await self._process([(e.id, e.kind, e.decision_id, e.attempts) for e in events])
+    async def process(
+        self, events: Sequence[OutboxEvent], decisions: Sequence[Decision] = ()
+    ) -> RelayStats:
+        """Process events this process holds the lease of (the inline pass after commit).
+
+        ``decisions`` are the just-committed rows, when the caller has them, so they are not
+        read back; they are exactly what was committed."""
+        work = [(e.id, e.kind, e.decision_id, e.attempts) for e in events]
+        results = await run_events(self, work, {d.id: d for d in decisions})
+        return await self._settle(work, results)
 
     async def run_due(self, limit: int = 200, *, include_leased: bool = False) -> RelayStats:
         """Claim up to ``limit`` due events and process them."""
