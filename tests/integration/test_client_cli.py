@@ -23,7 +23,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from app.cli import main
-from app.client_cli import endpoint, parse_pairs, rpc_error_line
+from app.client.options import parse_pairs
+from app.client.transport import endpoint, rpc_error_line
 
 PG_URL = os.environ.get("CSTP_TEST_DATABASE_URL", "")
 USE_PG = PG_URL.startswith("postgresql")

@@ -1,0 +1,154 @@
+"""Write-side batching for the vector index: group commit and prepared vectors.
+
+- Writes are group-committed: concurrent ``upsert`` calls share one embedding batch and one
+  Chroma call, which keeps throughput up under load.
+- ``prepare`` embeds texts ahead of their upsert (e.g. while the transaction that writes the
+  rows commits), so the embedding is off the critical path; ``vectors_for`` then uses them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from app.search.chroma import unavailable
+from app.search.embedder import Embedder
+
+if TYPE_CHECKING:
+    from app.search.index import IndexEntry, IndexStats
+
+logger = logging.getLogger(__name__)
+
+MAX_FLUSH_ENTRIES = 256  # well under Chroma's max batch (5461) and keeps a flush short
+PREPARED_LIMIT = 2048  # prepared vectors kept at most (oldest dropped first)
+
+
+@dataclass
+class _Pending:
+    entries: list[IndexEntry]
+    future: asyncio.Future[None]
+
+
+class WriteBatcher:
+    """Coalesces the writes of one index. ``write`` stores one flush and returns how many
+    entries it wrote; ``vectors_for`` is what it calls (in a worker thread) for the vectors."""
+
+    def __init__(self, embedder: Embedder, write: Callable[[list[IndexEntry]], Awaitable[int]],
+                 stats: IndexStats) -> None:
+        self._embedder = embedder
+        self._write = write
+        self._stats = stats
+        self._pending: deque[_Pending] = deque()
+        self._flusher: asyncio.Task[None] | None = None
+        # Vectors computed ahead of their upsert (``prepare``), consumed by ``vectors_for``.
+        self._lock = threading.Lock()  # guards _prepared across worker threads
+        self._prepared: OrderedDict[str, list[float]] = OrderedDict()
+        self._to_prepare: list[tuple[str, asyncio.Future[None]]] = []
+        self._preparer: asyncio.Task[None] | None = None
+
+    # ---- group commit ----
+
+    async def upsert(self, entries: Sequence[IndexEntry]) -> None:
+        """Queue ``entries`` and return once the flush that wrote them is done.
+
+        Concurrent callers are coalesced: one flusher at a time writes everything pending in
+        one embedding batch and one Chroma call, then resolves every waiting caller.
+        """
+        batch = list(entries)
+        if not batch:
+            return
+        self._stats.upsert_calls += 1
+        loop = asyncio.get_running_loop()
+        pending = _Pending(batch, loop.create_future())
+        self._pending.append(pending)
+        if self._flusher is None or self._flusher.done() or self._flusher.get_loop() is not loop:
+            self._flusher = loop.create_task(self._flush_loop())
+        await pending.future
+
+    def _take_pending(self) -> list[_Pending]:
+        """Whole caller groups, oldest first, up to MAX_FLUSH_ENTRIES (always at least one)."""
+        groups: list[_Pending] = []
+        size = 0
+        while self._pending:
+            nxt = len(self._pending[0].entries)
+            if groups and size + nxt > MAX_FLUSH_ENTRIES:
+                break
+            groups.append(self._pending.popleft())
+            size += nxt
+        return groups
+
+    async def _flush_loop(self) -> None:
+        while self._pending:
+            groups = self._take_pending()
+            entries = [entry for group in groups for entry in group.entries]
+            try:
+                written = await self._write(entries)
+            except BaseException as exc:  # noqa: BLE001 - every waiter must learn the outcome
+                for group in groups:
+                    if not group.future.done():
+                        group.future.set_exception(
+                            exc if isinstance(exc, asyncio.CancelledError) else unavailable(exc)
+                        )
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                continue
+            self._stats.flushes += 1
+            self._stats.entries_written += written
+            for group in groups:
+                if not group.future.done():
+                    group.future.set_result(None)
+
+    async def drain(self) -> None:
+        """Wait until the writes pending now (and any queued behind them) are done."""
+        if self._flusher is not None and not self._flusher.done():
+            await asyncio.gather(self._flusher, return_exceptions=True)
+
+    # ---- prepared vectors ----
+
+    async def prepare(self, texts: Sequence[str]) -> None:
+        """Embed ``texts`` for a later ``vectors_for``; concurrent calls share one batch.
+        Never raises: a failed prepare only means the flush embeds them itself."""
+        loop = asyncio.get_running_loop()
+        waits = []
+        for text in texts:
+            future: asyncio.Future[None] = loop.create_future()
+            self._to_prepare.append((text, future))
+            waits.append(future)
+        if self._preparer is None or self._preparer.done():
+            self._preparer = loop.create_task(self._prepare_loop())
+        await asyncio.gather(*waits, return_exceptions=True)
+
+    async def _prepare_loop(self) -> None:
+        while self._to_prepare:
+            work, self._to_prepare = self._to_prepare, []
+            texts = list(dict.fromkeys(text for text, _ in work))
+            try:
+                vectors = await asyncio.to_thread(self._embedder.embed, texts)
+            except Exception:  # noqa: BLE001 - upsert will embed (and report) by itself
+                logger.debug("prepare failed", exc_info=True)
+            else:
+                with self._lock:
+                    for text, vector in zip(texts, vectors, strict=True):
+                        self._prepared[text] = list(vector)
+                    while len(self._prepared) > PREPARED_LIMIT:
+                        self._prepared.popitem(last=False)
+            for _, future in work:
+                if not future.done():
+                    future.set_result(None)
+
+    def vectors_for(self, documents: list[str]) -> list[list[float]]:
+        """Prepared vectors where there are some, one embedding batch for the rest."""
+        with self._lock:
+            found = {d: self._prepared.pop(d) for d in set(documents) if d in self._prepared}
+        missing = [d for d in dict.fromkeys(documents) if d not in found]
+        if missing:
+            try:
+                found.update(zip(missing, self._embedder.embed(missing), strict=True))
+            except Exception as exc:
+                raise unavailable(exc) from exc
+        return [list(found[d]) for d in documents]

@@ -1,0 +1,192 @@
+"""Connection management for one Chroma collection (embedded ``PersistentClient`` or a
+``chroma run`` server), used by :class:`app.search.index.VectorIndex`.
+
+- The server may be down at start-up or restart later: client and collection are created lazily
+  and dropped after a failure, so the next call reconnects. Every failure is ``IndexUnavailable``.
+- Chroma's HTTP client has no timeout (``httpx.Client(timeout=None)``) and its constructor makes
+  three requests: a short heartbeat probe goes first, then the session gets finite timeouts.
+- Chroma's upsert *merges* metadata (old keys survive); ``replace`` sends the old keys as None,
+  which deletes them, so the new metadata replaces the old.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
+
+import chromadb
+import httpx
+from chromadb.api import ClientAPI
+from chromadb.api.models.Collection import Collection
+from chromadb.config import Settings
+from chromadb.errors import NotFoundError
+
+from app.search.embedder import Embedder
+
+if TYPE_CHECKING:
+    from app.search.index import IndexStats
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+CONNECT_TIMEOUT_S = 2.0
+REQUEST_TIMEOUT_S = 5.0
+
+
+class IndexUnavailable(Exception):
+    """Chroma cannot be reached or used; the cause is chained, the message stays generic."""
+
+
+def unavailable(exc: BaseException) -> IndexUnavailable:
+    """A fresh generic error per waiter, chained to the root cause (not to another wrapper)."""
+    if isinstance(exc, IndexUnavailable) and exc.__cause__ is not None:
+        exc = exc.__cause__
+    err = IndexUnavailable("vector index unavailable")
+    err.__cause__ = exc
+    return err
+
+
+def _settings() -> Settings:
+    # A fresh object each time: chromadb.HttpClient mutates the Settings it is given.
+    return Settings(anonymized_telemetry=False)
+
+
+def embedded_connector(path: Path) -> Callable[[], ClientAPI]:
+    """Builds an in-process client persisted under ``path`` (the directory is made on use)."""
+    target = Path(path)
+
+    def connect() -> ClientAPI:
+        target.mkdir(parents=True, exist_ok=True)
+        return chromadb.PersistentClient(path=str(target), settings=_settings())
+
+    return connect
+
+
+def http_connector(url: str, *, connect_timeout: float = CONNECT_TIMEOUT_S,
+                   request_timeout: float = REQUEST_TIMEOUT_S) -> Callable[[], ClientAPI]:
+    """Builds a client of the server at ``url``: heartbeat first, then finite timeouts."""
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    ssl = parts.scheme == "https"
+    host = parts.hostname or "localhost"
+    port = parts.port or (443 if ssl else 8000)
+    base = f"{parts.scheme}://{parts.netloc}"
+
+    def connect() -> ClientAPI:
+        httpx.get(f"{base}/api/v2/heartbeat", timeout=connect_timeout).raise_for_status()
+        client = chromadb.HttpClient(host=host, port=port, ssl=ssl, settings=_settings())
+        session = getattr(getattr(client, "_server", None), "_session", None)
+        if isinstance(session, httpx.Client):
+            session.timeout = httpx.Timeout(request_timeout, connect=connect_timeout)
+        return client
+
+    return connect
+
+
+class ChromaCollection:
+    """One collection by name, connected lazily and dropped after a failure; the blocking
+    methods run in worker threads and are safe to call from several at once."""
+
+    def __init__(self, connect: Callable[[], ClientAPI], name: str, *, remote: bool,
+                 embedder: Embedder, stats: IndexStats) -> None:
+        """``connect`` builds a client and may raise; ``embedder`` is recorded on the
+        collection (which model made its vectors); ``stats.connects`` counts connections."""
+        self.connect = connect
+        self.remote = remote
+        self._name = name
+        self._embedder = embedder
+        self._stats = stats
+        self._lock = threading.Lock()  # guards _client/_collection across worker threads
+        self._client: ClientAPI | None = None
+        self._collection: Collection | None = None
+        self._closed = False
+
+    @property
+    def client(self) -> ClientAPI | None:
+        """The current client, if connected."""
+        return self._client
+
+    def rename(self, name: str) -> None:
+        """Look the collection up by ``name`` from now on."""
+        with self._lock:
+            self._name = name
+
+    def get(self) -> Collection:
+        """The collection, connecting (and creating it) first when needed."""
+        with self._lock:
+            if self._closed:
+                raise IndexUnavailable("vector index is closed")
+            if self._collection is None:
+                if self._client is None:
+                    self._client = self.connect()
+                    self._stats.connects += 1
+                self._collection = self._client.get_or_create_collection(
+                    self._name,
+                    configuration={"hnsw": {"space": "cosine"}},
+                    metadata={"embedder": str(getattr(self._embedder, "model_id", "unknown"))},
+                    embedding_function=None,
+                )
+            return self._collection
+
+    def invalidate(self, failed: Collection | None) -> None:
+        """Forget the collection (and, for a server, the client) so the next call reconnects."""
+        with self._lock:
+            if failed is not None and self._collection is not failed:
+                return  # another thread already reconnected; keep the fresh handle
+            self._collection = None
+            if self.remote and self._client is not None:
+                old, self._client = self._client, None
+                try:
+                    old.close()  # releases Chroma's registry entry; in-flight calls are unaffected
+                except Exception:  # noqa: BLE001 - best effort on an already broken client
+                    pass
+
+    def run(self, op: Callable[[Collection], T]) -> T:
+        """Run ``op`` on the (lazily connected) collection; any failure -> IndexUnavailable.
+
+        A collection that vanished under us (``cstp reindex`` switched to a rebuilt one) is
+        looked up again by name and the call retried once, so the switch costs no error.
+        """
+        for attempt in (1, 2):
+            collection: Collection | None = None
+            try:
+                collection = self.get()
+                return op(collection)
+            except IndexUnavailable:
+                raise
+            except NotFoundError as exc:
+                self.invalidate(collection)
+                if attempt == 2:
+                    raise unavailable(exc) from exc
+            except Exception as exc:
+                logger.warning("vector index call failed: %s", type(exc).__name__)
+                self.invalidate(collection)
+                raise unavailable(exc) from exc
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        """Release the client; later calls raise IndexUnavailable."""
+        with self._lock:
+            self._closed = True
+            client, self._client, self._collection = self._client, None, None
+        if client is not None:
+            try:
+                client.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                logger.debug("closing the Chroma client failed", exc_info=True)
+
+
+def replace(collection: Collection, ids: list[str], vectors: list[list[float]],
+            documents: list[str], metadatas: list[dict[str, Any]]) -> None:
+    """Upsert so that the new metadata *replaces* the old (Chroma's upsert merges)."""
+    old = collection.get(ids=ids, include=["metadatas"])
+    previous = {i: m or {} for i, m in zip(old["ids"], old["metadatas"] or [])}
+    final: list[dict[str, Any] | None] = []
+    for entry_id, metadata in zip(ids, metadatas):
+        stale = {key: None for key in previous.get(entry_id, {}) if key not in metadata}
+        final.append({**metadata, **stale} or None)  # None deletes a key; {} is rejected
+    collection.upsert(ids=ids, embeddings=vectors, documents=documents,
+                      metadatas=final)  # type: ignore[arg-type]
