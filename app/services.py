@@ -44,6 +44,7 @@ class Services:
             except asyncio.CancelledError:
                 pass
         self.background.clear()
+        await self.relay.flush()
         await self.limiter.close()
         await self.index.aclose()
         await self.db.dispose()

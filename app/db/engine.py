@@ -3,8 +3,8 @@
 SQLite is set up to behave like Postgres where it matters: foreign keys on, WAL, and explicit
 ``BEGIN`` statements issued by SQLAlchemy instead of the driver's implicit ones. Write
 transactions start with ``BEGIN IMMEDIATE`` and are serialised in-process by an asyncio lock,
-so concurrent writers queue fairly instead of failing with "database is locked" when a
-deferred transaction tries to upgrade its lock. Reads use a second engine with plain
+taken just before a transaction's first statement, so concurrent writers queue fairly instead
+of failing with "database is locked" when a deferred transaction tries to upgrade its lock. Reads use a second engine with plain
 ``BEGIN`` so they never wait for a writer (WAL readers see the last commit).
 """
 
@@ -16,7 +16,9 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from sqlalchemy import event, text
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine, AsyncSession, AsyncSessionTransaction, async_sessionmaker, create_async_engine,
+)
 
 
 def _sqlite_engine(url: str, begin: str) -> AsyncEngine:
@@ -41,6 +43,72 @@ def _sqlite_engine(url: str, begin: str) -> AsyncEngine:
     return engine
 
 
+class SerializedWriteSession(AsyncSession):
+    """A SQLite write session that takes the process's write lock just before its first
+    statement, not when the call starts: the work a handler does before it touches the
+    database (embedding, searching the index, evaluating rules) then holds no writer up."""
+
+    write_lock: asyncio.Lock | None = None
+    _holds_lock = False
+
+    async def take_write_lock(self) -> None:
+        if not self._holds_lock and self.write_lock is not None:
+            await self.write_lock.acquire()
+            self._holds_lock = True
+
+    def release_write_lock(self) -> None:
+        if self._holds_lock and self.write_lock is not None:
+            self._holds_lock = False
+            self.write_lock.release()
+
+    async def execute(self, *args: Any, **kwargs: Any) -> Any:
+        await self.take_write_lock()
+        return await super().execute(*args, **kwargs)
+
+    async def scalar(self, *args: Any, **kwargs: Any) -> Any:
+        await self.take_write_lock()
+        return await super().scalar(*args, **kwargs)
+
+    async def scalars(self, *args: Any, **kwargs: Any) -> Any:
+        await self.take_write_lock()
+        return await super().scalars(*args, **kwargs)
+
+    async def get(self, *args: Any, **kwargs: Any) -> Any:
+        await self.take_write_lock()
+        return await super().get(*args, **kwargs)
+
+    async def flush(self, *args: Any, **kwargs: Any) -> None:
+        await self.take_write_lock()
+        await super().flush(*args, **kwargs)
+
+    async def refresh(self, *args: Any, **kwargs: Any) -> None:
+        await self.take_write_lock()
+        await super().refresh(*args, **kwargs)
+
+    async def connection(self, *args: Any, **kwargs: Any) -> Any:
+        await self.take_write_lock()
+        return await super().connection(*args, **kwargs)
+
+    async def run_sync(self, *args: Any, **kwargs: Any) -> Any:
+        await self.take_write_lock()
+        return await super().run_sync(*args, **kwargs)
+
+    def begin_nested(self) -> AsyncSessionTransaction:
+        return _LockedSavepoint(self, nested=True)
+
+
+class _LockedSavepoint(AsyncSessionTransaction):
+    """A SAVEPOINT is a statement too: take the write lock before emitting it."""
+
+    __slots__ = ()
+
+    async def start(self, is_ctxmanager: bool = False) -> AsyncSessionTransaction:
+        session = self.session
+        assert isinstance(session, SerializedWriteSession)
+        await session.take_write_lock()
+        return await super().start(is_ctxmanager)
+
+
 class Database:
     """Owns the engines; hands out one transaction at a time per caller."""
 
@@ -55,7 +123,10 @@ class Database:
                 url, pool_size=10, max_overflow=10, pool_pre_ping=True
             )
             self.read_engine = self.write_engine
-        self._write_sessions = async_sessionmaker(self.write_engine, expire_on_commit=False)
+        self._write_sessions = async_sessionmaker(
+            self.write_engine, expire_on_commit=False,
+            class_=SerializedWriteSession if self.is_sqlite else AsyncSession,
+        )
         self._read_sessions = async_sessionmaker(self.read_engine, expire_on_commit=False)
         self._write_lock: asyncio.Lock | None = asyncio.Lock() if self.is_sqlite else None
 
@@ -63,9 +134,17 @@ class Database:
     async def transaction(self, *, write: bool = True) -> AsyncIterator[AsyncSession]:
         """One transaction: committed when the block ends, rolled back if it raises."""
         if write and self._write_lock is not None:
-            async with self._write_lock:
-                async with self._session(write=True) as session:
-                    yield session
+            session = self._write_sessions()
+            assert isinstance(session, SerializedWriteSession)
+            session.write_lock = self._write_lock
+            try:
+                async with session:
+                    async with session.begin():
+                        yield session
+                        if session.new or session.dirty or session.deleted:
+                            await session.take_write_lock()  # the commit will flush them
+            finally:
+                session.release_write_lock()
         else:
             async with self._session(write=write) as session:
                 yield session

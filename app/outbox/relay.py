@@ -62,6 +62,8 @@ class Relay:
         self.runtime = runtime
         self.decisions_dir: Path = settings.decisions_dir
         self.wakeup = asyncio.Event()
+        self._unsettled: list[tuple[list[tuple[int, str, str, int]], dict[int, str | None]]] = []
+        self._settler: asyncio.Task[None] | None = None
 
     def enqueue(
         self, session: AsyncSession, decision_id: str, kinds: Sequence[str] = KINDS
@@ -87,7 +89,34 @@ class Relay:
         read back; they are exactly what was committed."""
         work = [(e.id, e.kind, e.decision_id, e.attempts) for e in events]
         results = await run_events(self, work, {d.id: d for d in decisions})
-        return await self._settle(work, results)
+        self._settle_later(work, results)
+        return self._outcome(work, results)
+
+    def _settle_later(
+        self, events: list[tuple[int, str, str, int]], results: dict[int, str | None]
+    ) -> None:
+        """Record the inline pass's results off the caller's path, batched with others.
+
+        The caller's answer depends only on what was done, not on the bookkeeping; should
+        the process die first, the lease runs out and the (idempotent) work is done again."""
+        self._unsettled.append((events, results))
+        if self._settler is None or self._settler.done():
+            self._settler = asyncio.get_running_loop().create_task(self._settle_loop())
+
+    async def _settle_loop(self) -> None:
+        while self._unsettled:
+            batch, self._unsettled = self._unsettled, []
+            events = [e for work, _ in batch for e in work]
+            results = {k: v for _, res in batch for k, v in res.items()}
+            try:
+                await self._settle(events, results)
+            except Exception:
+                log.exception("could not record outbox results; leases will expire and retry")
+
+    async def flush(self) -> None:
+        """Wait until the results of inline passes are recorded (shutdown, tests)."""
+        while self._settler is not None and not self._settler.done():
+            await asyncio.shield(self._settler)
 
     async def run_due(self, limit: int = 200, *, include_leased: bool = False) -> RelayStats:
         """Claim up to ``limit`` due events and process them."""
@@ -159,12 +188,24 @@ class Relay:
         results = await run_events(self, events)
         return await self._settle(events, results)
 
+    def _outcome(
+        self, events: list[tuple[int, str, str, int]], results: dict[int, str | None]
+    ) -> RelayStats:
+        stats = RelayStats()
+        for eid, _kind, _decision, attempts in events:
+            if results.get(eid, "not run") is None:
+                stats.done += 1
+                stats.done_ids.append(eid)
+            else:
+                stats.failed += 1
+                stats.dead += int(attempts + 1 >= self.settings.outbox_max_attempts)
+        return stats
+
     async def _settle(
         self, events: list[tuple[int, str, str, int]], results: dict[int, str | None]
     ) -> RelayStats:
         """Mark what worked done and reschedule (or bury) what did not, in one transaction."""
         now = self.runtime.now()
-        stats = RelayStats()
         done = [eid for eid, *_ in events if results.get(eid, "not run") is None]
         async with self.db.transaction(write=True) as session:
             if done:
@@ -188,11 +229,7 @@ class Relay:
                         available_at=now + backoff(tries),
                     )
                 )
-                stats.failed += 1
-                stats.dead += int(dead)
-        stats.done = len(done)
-        stats.done_ids = done
-        return stats
+        return self._outcome(events, results)
 
     async def counts(self) -> dict[str, int]:
         async with self.db.transaction(write=False) as session:
