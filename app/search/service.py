@@ -18,10 +18,11 @@ from app.rpc.errors import query_failed
 from app.rpc.params import parse_timestamp
 
 from .filters import SearchFilters, matches, to_where
-from .index import IndexUnavailable
+from .index import Hit, IndexUnavailable
 from .schemas import QueryDecisionsParams, QueryFiltersIn
 
 OVERFETCH = 10  # extra hits asked of the index, in case some are stale and dropped
+PROBE = 8  # a filtered search first looks this many times further, unfiltered
 
 
 @dataclass(frozen=True)
@@ -61,13 +62,36 @@ def to_filters(f: QueryFiltersIn | None, *, category: str | None = None) -> Sear
 async def search(
     ctx: CallContext, text: str, filters: SearchFilters, limit: int
 ) -> list[Found]:
-    """Nearest decisions satisfying every filter, nearest first. -32003 if the index fails."""
+    """Nearest decisions satisfying every filter, nearest first. -32003 if the index fails.
+
+    Chroma pre-filters a ``where`` query by scanning metadata, which grows with the corpus
+    (tens of ms at 10,000 decisions) while an unfiltered query stays near 1 ms. So a filtered
+    search first probes the nearest ``PROBE`` x as many documents unfiltered and keeps those
+    whose metadata match: when that yields ``limit`` results, or the probe saw the whole
+    collection, they are exactly the filtered query's results. Otherwise it asks Chroma with
+    the ``where`` clause, which never misses a match.
+    """
+    index = ctx.services.index
+    wanted = limit + OVERFETCH
     try:
-        hits = await ctx.services.index.query(
-            text, where=to_where(filters), limit=limit + OVERFETCH
-        )
+        vector = await index.embed_query(text)
+        where = to_where(filters)
+        if where is not None:
+            probe = await index.query_vector(vector, where=None, limit=wanted * PROBE)
+            hits = [h for h in probe if matches(filters, h.metadata)][:wanted]
+            found = await _verified(ctx, hits, filters, limit)
+            if len(found) == limit or len(probe) < wanted * PROBE:
+                return found
+        hits = await index.query_vector(vector, where=where, limit=wanted)
     except IndexUnavailable:
         raise query_failed() from None
+    return await _verified(ctx, hits, filters, limit)
+
+
+async def _verified(
+    ctx: CallContext, hits: list[Hit], filters: SearchFilters, limit: int
+) -> list[Found]:
+    """The hits whose row in SQL (the source of truth) satisfies the filters, in order."""
     rows = await document.load_decisions(ctx.session, [h.id for h in hits])
     found: list[Found] = []
     for hit in hits:

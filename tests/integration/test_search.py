@@ -554,3 +554,25 @@ async def test_unreachable_index_is_query_failed(
                          "ConnectError", "Connection refused", "chroma", str(settings.data_dir),
                          "/"):
                 assert leak not in text, (leak, error)
+
+
+async def test_a_rare_filter_match_beyond_the_unfiltered_probe_is_found(rpc: Rpc) -> None:
+    """With more decisions than a filtered search first probes unfiltered, a match far from
+    the query must still be found (the search then asks the index with the filter)."""
+    near = [{"decision": f"Deploy the auth service to production, wave {i}", "confidence": 0.7,
+             "category": "architecture"} for i in range(100)]
+    for start in range(0, len(near), 50):
+        batch = [{"jsonrpc": "2.0", "id": i, "method": "cstp.recordDecision", "params": p}
+                 for i, p in enumerate(near[start:start + 50])]
+        answers = (await rpc.raw(batch)).json()
+        assert all("result" in a for a in answers)
+    far = await rpc.ok("cstp.recordDecision", {
+        "decision": "Bake sourdough bread for the team party", "confidence": 0.4,
+        "category": "security"})
+    found = await rpc.ok("cstp.queryDecisions", {
+        "query": "roll out the login service", "limit": 1,
+        "filters": {"category": "security"}})
+    assert [d["id"] for d in found["decisions"]] == [far["id"]]
+    unfiltered = await rpc.ok("cstp.queryDecisions", {"query": "roll out the login service",
+                                                      "limit": 20})
+    assert far["id"] not in [d["id"] for d in unfiltered["decisions"]]
