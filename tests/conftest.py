@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import subprocess
+import sys
+import time
 import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -230,3 +234,58 @@ def free_port() -> Iterator[int]:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     yield port
+
+
+CHROMA = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "chroma"
+
+
+class ChromaServer:
+    """A ``chroma run`` child process on a loopback port, that tests kill (SIGKILL) and start
+    again on the same path and port."""
+
+    def __init__(self, path: Path, port: int) -> None:
+        self.path, self.port = path, port
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 60.0) -> None:
+        executable = CHROMA if CHROMA.exists() else Path(sys.executable).parent / "chroma"
+        self.proc = subprocess.Popen(
+            [str(executable), "run", "--path", str(self.path), "--port", str(self.port),
+             "--host", "127.0.0.1"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"chroma run exited with {self.proc.returncode}")
+            try:
+                if httpx.get(f"{self.url}/api/v2/heartbeat", timeout=0.5).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"chroma run did not answer its heartbeat within {timeout:g} s")
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # its own session: the server and its children
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=10)
+
+    kill = stop
+
+
+@pytest.fixture
+def chroma_server(tmp_path: Path, free_port: int) -> Iterator[ChromaServer]:
+    """A Chroma server for the test (not started: call ``start()``); always killed after."""
+    server = ChromaServer(tmp_path / "chroma-server", free_port)
+    try:
+        yield server
+    finally:
+        server.stop()

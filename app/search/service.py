@@ -22,7 +22,7 @@ from .index import Hit, IndexUnavailable
 from .schemas import QueryDecisionsParams, QueryFiltersIn
 
 OVERFETCH = 10  # extra hits asked of the index, in case some are stale and dropped
-PROBE = 8  # a filtered search first looks this many times further, unfiltered
+PROBE = 4  # a filtered search first looks this many times further, unfiltered
 
 
 @dataclass(frozen=True)

@@ -6,14 +6,10 @@ id collisions, concurrency, an index outage healed by the outbox, and rebuilding
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -21,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-import httpx
 import pytest
 import yaml
-from conftest import AppClient, Rpc, serve_app
+from conftest import AppClient, ChromaServer, Rpc, serve_app
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
@@ -38,7 +33,6 @@ from app.search.embedder import Embedder
 from app.search.index import IndexUnavailable
 from app.services import build_services
 
-CHROMA = Path(sys.executable).with_name("chroma")  # installed next to the venv's python
 ID_RE = re.compile(r"^[0-9a-f]{8}$")
 ISO_UTC_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|\+00:00)$")
 CAMEL_RE = re.compile(r"^[a-z][a-zA-Z0-9]*$")
@@ -442,51 +436,6 @@ async def test_fifty_concurrent_records(
 # ---------------------------------------------------------------- 6. vector index outage
 
 
-class ChromaServer:
-    """A ``chroma run`` child process that can be stopped and started on the same port."""
-
-    def __init__(self, path: Path, port: int) -> None:
-        self.path, self.port = path, port
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, timeout: float = 60.0) -> None:
-        self.proc = subprocess.Popen(
-            [str(CHROMA), "run", "--path", str(self.path), "--port", str(self.port),
-             "--host", "127.0.0.1"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"chroma run exited with {self.proc.returncode}")
-            try:
-                url = f"http://127.0.0.1:{self.port}/api/v2/heartbeat"
-                if httpx.get(url, timeout=0.5).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError("chroma run did not answer its heartbeat in time")
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # its own session: the server and its children
-        except ProcessLookupError:
-            pass
-        proc.wait(timeout=10)
-
-
-@pytest.fixture
-def chroma_server(tmp_path: Path, free_port: int) -> Iterator[ChromaServer]:
-    server = ChromaServer(tmp_path / "chroma-server", free_port)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 async def test_index_outage_is_healed_by_the_relay_without_help(

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from conftest import USE_PG, serve_app
+from conftest import USE_PG, ChromaServer, serve_app
 from sqlalchemy import func, select, update
 
 from app.asgi import create_app
@@ -40,7 +40,6 @@ from app.services import Services, build_services
 pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent
-CHROMA = BIN / "chroma"
 CSTP = BIN / "cstp"
 TOKEN = "token-alice"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -159,40 +158,6 @@ def _wait_or_kill(proc: subprocess.Popen[bytes], timeout: float) -> None:
     except subprocess.TimeoutExpired:
         _kill_group(proc, signal.SIGKILL)
         proc.wait(timeout=10)
-
-
-class ChromaServer:
-    """A ``chroma run`` child on a loopback port, killed with SIGKILL and started again."""
-
-    def __init__(self, path: Path, port: int) -> None:
-        self.path, self.port = path, port
-        self.url = f"http://127.0.0.1:{port}"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, timeout: float = 60.0) -> None:
-        self.proc = subprocess.Popen(
-            [str(CHROMA), "run", "--path", str(self.path), "--port", str(self.port),
-             "--host", "127.0.0.1"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"chroma run exited with {self.proc.returncode}")
-            try:
-                if httpx.get(f"{self.url}/api/v2/heartbeat", timeout=0.5).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.kill()
-        raise RuntimeError(f"chroma run did not answer its heartbeat within {timeout:g} s")
-
-    def kill(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            _kill_group(proc, signal.SIGKILL)
-            _wait_or_kill(proc, 10)
 
 
 class CstpServer:

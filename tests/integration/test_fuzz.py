@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import httpx
 import msgspec
 import pytest
-from conftest import USE_PG, AppClient, serve_app
+from conftest import AppClient, serve_app
 from hypothesis import HealthCheck, given, strategies as st
 from hypothesis import settings as hyp_settings
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -192,8 +191,10 @@ async def test_reindex_rebuilds_and_the_live_index_keeps_answering(
     rpc: Any, services: Any, seed_decision: dict[str, Any]
 ) -> None:
     ids = []
-    for text in ("Deploy auth service to production", "Bake sourdough bread at home"):
-        ids.append((await rpc.ok("cstp.recordDecision", dict(seed_decision, decision=text)))["id"])
+    for sentence in ("Deploy auth service to production", "Bake sourdough bread at home"):
+        ids.append(
+            (await rpc.ok("cstp.recordDecision", dict(seed_decision, decision=sentence)))["id"]
+        )
     await services.index.delete([ids[0]])  # the index lost an entry: derived data drifted
     before = await rpc.ok("cstp.queryDecisions", {"query": "roll out the login service"})
     assert ids[0] not in [d["id"] for d in before["decisions"]]

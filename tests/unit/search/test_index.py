@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import socket
-import subprocess
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-import httpx
 import pytest
 
 from app.search.embedder import Embedder, load_default_embedder
 from app.search.index import IndexEntry, IndexUnavailable, VectorIndex
+from conftest import ChromaServer
 
-CHROMA = Path(__file__).resolve().parents[3] / ".venv" / "bin" / "chroma"
 DEPLOY = "Deploy auth service to production"
 UNRELATED = [
     "Chose PostgreSQL for memory storage",
@@ -116,57 +112,6 @@ async def test_delete_and_closed_index(tmp_path: Path, embedder: Embedder) -> No
 # ---- a real Chroma server: outage at start-up, outage mid-life, lazy reconnect ----
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class ChromaServer:
-    """A ``chroma run`` child process that tests can stop and start again on the same port."""
-
-    def __init__(self, path: Path, port: int) -> None:
-        self.path, self.port = path, port
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, timeout: float = 60.0) -> None:
-        self.proc = subprocess.Popen(
-            [str(CHROMA), "run", "--path", str(self.path), "--port", str(self.port),
-             "--host", "127.0.0.1"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"chroma run exited with {self.proc.returncode}")
-            try:
-                url = f"http://127.0.0.1:{self.port}/api/v2/heartbeat"
-                if httpx.get(url, timeout=0.5).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError("chroma run did not answer its heartbeat in time")
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # our own session: the server and its children
-        except ProcessLookupError:
-            pass
-        proc.wait(timeout=10)
-
-
-@pytest.fixture
-def chroma_server(tmp_path: Path) -> Iterator[ChromaServer]:
-    server = ChromaServer(tmp_path / "server-data", free_port())
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 async def assert_unavailable_fast(call: Callable[[], Awaitable[object]]) -> None:
