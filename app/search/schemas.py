@@ -6,7 +6,7 @@ from typing import Annotated
 
 from msgspec import Meta
 
-from app.decisions.schemas import Count, NonBlank, ShortText, Stakes, Status, Struct, Tag, Unit
+from app.decisions.schemas import Count, ShortText, Stakes, Status, Struct, Tag, Unit
 
 StakesList = Annotated[list[Stakes], Meta(max_length=4)]
 StatusList = Annotated[list[Status], Meta(max_length=2)]
