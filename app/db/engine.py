@@ -30,10 +30,12 @@ def _sqlite_engine(url: str, begin: str) -> AsyncEngine:
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # SQLAlchemy issues BEGIN itself
         cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA busy_timeout=30000")  # first: the next pragma may have to wait
+        # WAL is persistent and set by the migrations; this only matters for a file that was
+        # never migrated here, and is a no-op otherwise.
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA busy_timeout=30000")
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")

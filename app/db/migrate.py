@@ -65,6 +65,14 @@ def _run(action: Callable[[Config], None]) -> Callable[[Connection], None]:
 
 async def upgrade(url: str, revision: str = "head") -> None:
     await _with_connection(url, _run(lambda cfg: command.upgrade(cfg, revision)))
+    if url.startswith("sqlite"):
+        await _with_connection(url, _use_wal)
+
+
+def _use_wal(connection: Connection) -> None:
+    """Put the SQLite file in WAL mode once, here: the mode is kept in the file, and switching
+    it later needs an exclusive lock that a busy server's connections would fight over."""
+    connection.exec_driver_sql("PRAGMA journal_mode=WAL")
 
 
 async def downgrade(url: str, revision: str) -> None:
