@@ -91,8 +91,12 @@ async def search(
 async def _verified(
     ctx: CallContext, hits: list[Hit], filters: SearchFilters, limit: int
 ) -> list[Found]:
-    """The hits whose row in SQL (the source of truth) satisfies the filters, in order."""
-    rows = await document.load_decisions(ctx.session, [h.id for h in hits])
+    """The hits whose row in SQL (the source of truth) satisfies the filters, in order.
+
+    Read in a read transaction of its own: a write method (announceIntent) must not hold the
+    SQLite write lock while it searches."""
+    async with ctx.services.db.transaction(write=False) as session:
+        rows = await document.load_decisions(session, [h.id for h in hits])
     found: list[Found] = []
     for hit in hits:
         row = rows.get(hit.id)
