@@ -16,7 +16,7 @@ from .rpc.registry import Registry
 from .rpc.route import build_rpc_route
 from .runtime import Runtime
 from .search.embedder import Embedder
-from .services import Services, build_services
+from .services import build_services
 from .system.routes import agent_card, health, ready
 
 log = logging.getLogger("cstp")
@@ -83,8 +83,3 @@ def create_app(
     app.state.dispatcher = dispatcher
     app.state.tokens = tokens
     return app
-
-
-def services_of(app: Litestar) -> Services:
-    services: Services = app.state.services
-    return services

@@ -21,11 +21,12 @@ import asyncpg
 import httpx
 import pytest
 from litestar import Litestar
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.asgi import create_app
 from app.config import Settings, parse_rate_limits
 from app.db import migrate
-from app.runtime import Runtime
 from app.search.embedder import Embedder, load_default_embedder
 
 PG_URL = os.environ.get("CSTP_TEST_DATABASE_URL", "")
@@ -71,9 +72,9 @@ async def template_db(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator
         yield str(path)
 
 
-@pytest.fixture
-async def database_url(template_db: str, tmp_path: Path) -> AsyncIterator[str]:
-    """A fresh database at the newest migration, dropped after the test."""
+@asynccontextmanager
+async def copy_database(template_db: str, folder: Path) -> AsyncIterator[str]:
+    """A fresh database copied from the migrated template (dropped afterwards on Postgres)."""
     if USE_PG:
         name = f"cstp_t_{uuid.uuid4().hex[:12]}"
         conn = await asyncpg.connect(_pg_admin_dsn(PG_URL))
@@ -81,16 +82,36 @@ async def database_url(template_db: str, tmp_path: Path) -> AsyncIterator[str]:
             await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
         finally:
             await conn.close()
-        yield _with_db(PG_URL, name)
-        conn = await asyncpg.connect(_pg_admin_dsn(PG_URL))
         try:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            yield _with_db(PG_URL, name)
         finally:
-            await conn.close()
+            conn = await asyncpg.connect(_pg_admin_dsn(PG_URL))
+            try:
+                await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            finally:
+                await conn.close()
     else:
-        path = tmp_path / "cstp.db"
+        path = folder / "cstp.db"
         shutil.copyfile(template_db, path)
         yield f"sqlite+aiosqlite:///{path}"
+
+
+@pytest.fixture
+async def database_url(template_db: str, tmp_path: Path) -> AsyncIterator[str]:
+    """A fresh database at the newest migration, dropped after the test."""
+    async with copy_database(template_db, tmp_path) as url:
+        yield url
+
+
+async def run_sql(url: str, statement: str, **params: Any) -> list[dict[str, Any]]:
+    """One statement on its own connection, as an auditor would run it."""
+    engine = create_async_engine(url)
+    try:
+        async with engine.begin() as conn:
+            result = await conn.execute(text(statement), params)
+            return [dict(row._mapping) for row in result] if result.returns_rows else []
+    finally:
+        await engine.dispose()
 
 
 @pytest.fixture
@@ -220,10 +241,6 @@ SEED_DECISION: dict[str, Any] = {
 @pytest.fixture
 def seed_decision() -> dict[str, Any]:
     return dict(SEED_DECISION)
-
-
-def fixed_runtime(**kwargs: Any) -> Runtime:
-    return Runtime(**kwargs)
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ Alembic is the only way the schema changes. These helpers share one connection w
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,9 @@ def alembic_config() -> Config:
     return cfg
 
 
+@functools.cache
 def head_revision() -> str:
+    """The newest migration (read from disk once: /ready asks on every probe)."""
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     assert head is not None, "no migrations found"
     return head

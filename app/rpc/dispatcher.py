@@ -17,6 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from .context import CallContext
 from .errors import (
     INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, RpcError, method_not_found,
+    storage_error,
 )
 from .params import decode, ensure_object
 from .registry import Method, Registry
@@ -111,7 +112,7 @@ class Dispatcher:
                 result = await method.handler(ctx, params)
         except SQLAlchemyError:
             log.exception("database error in %s", method.name)
-            raise RpcError(-32005, "Storage error: the database could not be used") from None
+            raise storage_error() from None
         for callback in ctx.after_commit:
             try:
                 await callback()

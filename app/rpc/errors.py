@@ -69,7 +69,3 @@ def storage_error() -> RpcError:
 
 def decision_not_found(decision_id: str) -> RpcError:
     return RpcError(DECISION_NOT_FOUND, data={"id": decision_id})
-
-
-def internal_error() -> RpcError:
-    return RpcError(INTERNAL_ERROR)

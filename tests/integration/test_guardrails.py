@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import Rpc, serve_app
+from conftest import Rpc, run_sql, serve_app
 from sqlalchemy import bindparam, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -70,13 +70,7 @@ def fired(result: dict[str, Any]) -> tuple[set[str], set[str]]:
 
 async def sql(settings: Settings, statement: str, **params: Any) -> list[dict[str, Any]]:
     """Run one statement on the test database in its own connection (what an auditor does)."""
-    engine = create_async_engine(settings.database_url)
-    try:
-        async with engine.begin() as conn:
-            result = await conn.execute(text(statement), params)
-            return [dict(row._mapping) for row in result] if result.returns_rows else []
-    finally:
-        await engine.dispose()
+    return await run_sql(settings.database_url, statement, **params)
 
 
 async def sql_count(rpc: Rpc, table: str) -> int:

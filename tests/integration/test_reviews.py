@@ -11,10 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import SEED_DECISION, Rpc, serve_app
-from sqlalchemy import text
+from conftest import SEED_DECISION, Rpc, run_sql, serve_app
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.asgi import create_app
 from app.config import Settings
@@ -56,13 +54,8 @@ async def app(settings: Settings, embedder: Any) -> AsyncIterator[App]:
 
 
 async def sql(settings: Settings, statement: str, **params: Any) -> list[dict[str, Any]]:
-    engine = create_async_engine(settings.database_url)
-    try:
-        async with engine.begin() as conn:
-            result = await conn.execute(text(statement), params)
-            return [dict(row._mapping) for row in result] if result.returns_rows else []
-    finally:
-        await engine.dispose()
+    """Run one statement on the test database in its own connection (what an auditor does)."""
+    return await run_sql(settings.database_url, statement, **params)
 
 
 def full_decision() -> dict[str, Any]:

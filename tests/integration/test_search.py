@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import itertools
 import random
-import shutil
-import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
-from conftest import PG_URL, TOKENS, USE_PG, Rpc, _pg_admin_dsn, _with_db, serve_app
+from conftest import TOKENS, Rpc, copy_database, serve_app
 
 from app.asgi import create_app
 from app.config import Settings, parse_rate_limits
@@ -211,23 +208,8 @@ def expected_ids(predicates: list[Predicate]) -> set[str]:
 async def module_db(
     template_db: str, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[str]:
-    if USE_PG:
-        name = f"cstp_s_{uuid.uuid4().hex[:12]}"
-        conn = await asyncpg.connect(_pg_admin_dsn(PG_URL))
-        try:
-            await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-        finally:
-            await conn.close()
-        yield _with_db(PG_URL, name)
-        conn = await asyncpg.connect(_pg_admin_dsn(PG_URL))
-        try:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await conn.close()
-    else:
-        path = tmp_path_factory.mktemp("search") / "cstp.db"
-        shutil.copyfile(template_db, path)
-        yield f"sqlite+aiosqlite:///{path}"
+    async with copy_database(template_db, tmp_path_factory.mktemp("search")) as url:
+        yield url
 
 
 def make_settings(database_url: str, root: Path) -> Settings:
