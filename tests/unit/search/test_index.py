@@ -97,6 +97,41 @@ async def test_where_matching_nothing_and_empty_collection(index: VectorIndex) -
                                             limit=5)] == ["a"]
 
 
+async def test_index_persists_every_hundred_writes_even_for_an_older_collection(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    """Chroma's default (persist every 1000 writes) makes each upsert slower the more writes
+    wait; the index uses SYNC_THRESHOLD, also on a collection made before it was set."""
+    import chromadb
+    from chromadb.config import Settings
+
+    from app.search.chroma import SYNC_THRESHOLD
+
+    def client_of(path: Path) -> chromadb.ClientAPI:  # the server's settings, one per path
+        return chromadb.PersistentClient(path=str(path),
+                                         settings=Settings(anonymized_telemetry=False))
+
+    path = tmp_path / "chroma"
+    client = client_of(path)
+    old = client.create_collection("decisions", configuration={"hnsw": {"space": "cosine"}},
+                                   embedding_function=None)
+    assert old.configuration["hnsw"]["sync_threshold"] == 1000
+    idx = VectorIndex.embedded(path, embedder)
+    try:
+        await idx.upsert([entry("a", DEPLOY)])
+        assert await idx.count() == 1
+        hnsw = client.get_collection("decisions").configuration["hnsw"]
+        assert hnsw["sync_threshold"] == SYNC_THRESHOLD == 100
+        assert hnsw["space"] == "cosine"
+        fresh = VectorIndex.embedded(tmp_path / "fresh", embedder)
+        await fresh.upsert([entry("b", DEPLOY)])
+        made = client_of(tmp_path / "fresh").get_collection("decisions")
+        assert made.configuration["hnsw"]["sync_threshold"] == SYNC_THRESHOLD
+        await fresh.aclose()
+    finally:
+        await idx.aclose()
+
+
 async def test_delete_and_closed_index(tmp_path: Path, embedder: Embedder) -> None:
     idx = VectorIndex.embedded(tmp_path / "c", embedder)
     await idx.upsert([entry("a", DEPLOY), entry("b", UNRELATED[0])])
