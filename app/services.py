@@ -15,6 +15,7 @@ from .rpc.ratelimit import MemoryRateLimiter, RateLimiter, RedisRateLimiter
 from .runtime import Runtime
 
 if TYPE_CHECKING:
+    from .decisions.writer import RecordWriter
     from .guardrails.rules import RuleSet
     from .outbox.relay import Relay
     from .search.embedder import Embedder
@@ -32,6 +33,7 @@ class Services:
     rules: RuleSet
     index: VectorIndex
     relay: Relay
+    recorder: RecordWriter
     started_at: float = field(default_factory=time.monotonic)
     background: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -44,6 +46,7 @@ class Services:
             except asyncio.CancelledError:
                 pass
         self.background.clear()
+        await self.recorder.drain()
         await self.relay.flush()
         await self.limiter.close()
         await self.index.aclose()
@@ -54,6 +57,7 @@ def build_services(
     settings: Settings, runtime: Runtime | None = None, embedder: Embedder | None = None
 ) -> Services:
     """Build without I/O beyond reading the rule files (which must fail at start-up)."""
+    from .decisions.writer import RecordWriter
     from .guardrails.rules import SHIPPED_RULES_DIR, load_rules
     from .outbox.relay import Relay
     from .search.index import VectorIndex
@@ -76,4 +80,6 @@ def build_services(
         index = VectorIndex.embedded(settings.data_dir / "chroma", embedder)
     db = Database(settings.database_url)
     relay = Relay(db, index, settings, runtime)
-    return Services(settings, runtime, db, limiter, rules, index, relay)
+    return Services(
+        settings, runtime, db, limiter, rules, index, relay, RecordWriter(db, relay, runtime)
+    )

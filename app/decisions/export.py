@@ -18,7 +18,12 @@ from app.db.decisions import Decision
 from .document import export_fields, relative_path
 
 
-class _CanonicalDumper(yaml.SafeDumper):
+# libyaml's emitter when PyYAML was built with it (its wheels are): ~6x faster, and it gave
+# byte-identical output to the pure-Python one on every document we compared.
+_SafeDumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class _CanonicalDumper(_SafeDumper):  # type: ignore[valid-type,misc]
     """SafeDumper that never emits aliases (each mapping stands on its own)."""
 
     def ignore_aliases(self, data: Any) -> bool:

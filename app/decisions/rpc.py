@@ -11,7 +11,11 @@ from .schemas import (
 
 
 def register(registry: Registry) -> None:
-    registry.add(Method("cstp.recordDecision", RecordDecisionParams, service.record))
+    # The call's own session only reads (the announced intent); the rows are committed by the
+    # group writer in transactions of its own.
+    registry.add(
+        Method("cstp.recordDecision", RecordDecisionParams, service.record, writes=False)
+    )
     registry.add(Method("cstp.reviewDecision", ReviewDecisionParams, reviews.review))
     registry.add(Method("cstp.getDecision", GetDecisionParams, service.get, writes=False))
     registry.add(

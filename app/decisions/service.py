@@ -1,4 +1,8 @@
-"""Record, get and list decisions. Services never commit: the rpc layer owns the transaction."""
+"""Record, get and list decisions.
+
+Services never commit: the rpc layer owns the transaction. The one exception is
+recordDecision, whose rows the group writer (app.decisions.writer) commits together with
+those of concurrent calls."""
 
 from __future__ import annotations
 
@@ -7,15 +11,13 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Select, case, func, or_, select
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 
 from app.db.decisions import Decision, DecisionReason, DecisionTag
+from app.guardrails.service import Request, Staged, evaluate_request
 from app.rpc.context import CallContext
-from app.rpc.errors import (
-    GUARDRAIL_EVAL_FAILED, STORAGE_ERROR, RpcError, decision_not_found, invalid_params,
-)
+from app.rpc.errors import GUARDRAIL_EVAL_FAILED, RpcError, decision_not_found, invalid_params
 from app.rpc.params import parse_timestamp
 from app.runtime import iso
 
@@ -24,7 +26,6 @@ from .schemas import GetDecisionParams, ListDecisionsParams, RecordDecisionParam
 from .schemas import RecordDecisionResult
 
 REVIEW_UNITS = {"d": 1, "w": 7, "m": 30}
-MAX_ID_DRAWS = 20
 
 
 def review_delta(review_in: str) -> timedelta:
@@ -38,26 +39,10 @@ def _unique(values: list[str]) -> list[str]:
     return list(seen)
 
 
-async def _insert_with_fresh_id(ctx: CallContext, decision: Decision) -> None:
-    """Draw ids until one is free; a collision is detected by the primary key, never an
-    overwrite, even when two transactions draw the same id at once."""
-    for _ in range(MAX_ID_DRAWS):
-        decision.id = ctx.services.runtime.decision_id()
-        try:
-            async with ctx.session.begin_nested():
-                ctx.session.add(decision)
-                await ctx.session.flush()
-            return
-        except IntegrityError:
-            # Rolling back the savepoint already took ``decision`` out of the session.
-            continue
-    raise RpcError(STORAGE_ERROR, "Storage error: no free decision id could be drawn")
-
-
-async def _link_intent(ctx: CallContext, decision: Decision, p: RecordDecisionParams) -> None:
-    """Link the announced intent and take the pre-decision facts from what was recorded."""
+async def _link_intent(ctx: CallContext, p: RecordDecisionParams) -> dict[str, Any]:
+    """The announced intent's link and pre-decision facts, as taken from what was recorded."""
     if p.correlation_id is None:
-        return
+        return {}
     from app.intents.service import intent_for_decision
 
     intent = await intent_for_decision(ctx, p.correlation_id)
@@ -65,34 +50,32 @@ async def _link_intent(ctx: CallContext, decision: Decision, p: RecordDecisionPa
         raise invalid_params(
             "correlationId", "no intent with this correlationId was announced by this agent"
         )
-    decision.intent_id = intent.id
-    decision.pre_query_run = True
-    decision.pre_similar_found = intent.similar_found
-    decision.pre_guardrails_checked = True
-    decision.pre_guardrails_passed = intent.allowed
+    return {
+        "intent_id": intent.id, "pre_query_run": True, "pre_similar_found": intent.similar_found,
+        "pre_guardrails_checked": True, "pre_guardrails_passed": intent.allowed,
+    }
 
 
-async def _evaluate_guardrails(ctx: CallContext, p: RecordDecisionParams) -> str | None:
-    """Store a guardrail evaluation of the decision as recorded (never blocks recording)."""
-    from app.guardrails.service import Request, check
-
+def _evaluate_guardrails(ctx: CallContext, p: RecordDecisionParams) -> Staged | None:
+    """A guardrail evaluation of the decision as recorded (never blocks recording)."""
     request = Request(p.decision, p.category, p.stakes, p.confidence, p.project, {})
     try:
-        checked = await check(ctx, request, source="recordDecision")
+        return evaluate_request(ctx, request, source="recordDecision")
     except RpcError as exc:
         if exc.code != GUARDRAIL_EVAL_FAILED:
             raise
         return None
-    return checked.evaluation_id
 
 
 async def record(ctx: CallContext, p: RecordDecisionParams) -> RecordDecisionResult:
+    """Validate, evaluate and hand the rows to the group writer (app.decisions.writer), which
+    commits them with concurrent calls' rows and returns once the outbox pass is done."""
     settings = ctx.services.settings
     if p.category not in settings.categories:
         raise invalid_params("category", "must be one of: " + ", ".join(settings.categories))
     now = ctx.services.runtime.now()
     pre = p.pre_decision
-    decision = Decision(
+    fields: dict[str, Any] = dict(
         summary=document.summarize(p.decision),
         decision=p.decision.strip(),
         category=p.category,
@@ -117,32 +100,27 @@ async def record(ctx: CallContext, p: RecordDecisionParams) -> RecordDecisionRes
         line=p.line,
         commit=p.commit,
     )
-    decision.reasons = [
-        DecisionReason(position=i, type=r.type, text=r.text, strength=float(r.strength))
-        for i, r in enumerate(p.reasons)
-    ]
-    decision.tags = [DecisionTag(tag=t, position=i) for i, t in enumerate(_unique(p.tags))]
-    # Embed while the rows are written and committed: the relay then finds the vector ready.
-    prepared = asyncio.ensure_future(ctx.services.index.prepare([document.index_text(decision)]))
-    await _link_intent(ctx, decision, p)
-    decision.guardrail_evaluation_id = await _evaluate_guardrails(ctx, p)
-    await _insert_with_fresh_id(ctx, decision)
-    relay = ctx.services.relay
-    events = relay.enqueue(ctx.session, decision.id)
-    await ctx.session.flush()
-    result = RecordDecisionResult(
+    tags = _unique(p.tags)
+
+    def build() -> Decision:
+        decision = Decision(**fields)
+        decision.reasons = [
+            DecisionReason(position=i, type=r.type, text=r.text, strength=float(r.strength))
+            for i, r in enumerate(p.reasons)
+        ]
+        decision.tags = [DecisionTag(tag=t, position=i) for i, t in enumerate(tags)]
+        return decision
+
+    # Embed while the rows are written and committed: the outbox pass finds the vector ready.
+    prepared = asyncio.ensure_future(ctx.services.index.prepare([document.index_text(build())]))
+    fields.update(await _link_intent(ctx, p))
+    staged = _evaluate_guardrails(ctx, p)
+    fields["guardrail_evaluation_id"] = staged.checked.evaluation_id if staged else None
+    decision, indexed = await ctx.services.recorder.write(build, staged, prepared)
+    return RecordDecisionResult(
         success=True, id=decision.id, path=document.relative_path(decision),
-        indexed=False, timestamp=iso(now),
+        indexed=indexed, timestamp=iso(now),
     )
-    index_event = next(e.id for e in events if e.kind == "index")
-
-    async def deliver() -> None:
-        await prepared
-        stats = await relay.process(events, [decision])
-        result.indexed = index_event in stats.done_ids
-
-    ctx.on_commit(deliver)
-    return result
 
 
 async def load_one(session: AsyncSession, decision_id: str) -> Decision:

@@ -6,11 +6,12 @@ causes is stored the same way, with the version of the rule set in force.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import insert
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.guardrails import GuardrailEvaluation, GuardrailRuleResult
 from app.rpc.context import CallContext
@@ -71,10 +72,19 @@ class Checked:
         }
 
 
-async def check(
+@dataclass(frozen=True)
+class Staged:
+    """An evaluation and the rows that store it, built but not yet written."""
+
+    checked: Checked
+    row: GuardrailEvaluation
+    rule_rows: list[dict[str, Any]]
+
+
+def evaluate_request(
     ctx: CallContext, request: Request, source: str, *, category_field: str = "category"
-) -> Checked:
-    """Evaluate and store. -32004 only when no applicable rule could be evaluated.
+) -> Staged:
+    """Evaluate (no I/O). -32004 only when no applicable rule could be evaluated.
 
     ``category_field`` is how the caller's params name the category, for the -32602 answer."""
     settings = ctx.services.settings
@@ -95,20 +105,33 @@ async def check(
         rule_set_version=evaluation.version,
     )
     messages = {r.guardrail_id: r.message for r in (*evaluation.violations, *evaluation.warnings)}
-    ctx.session.add(row)
-    await ctx.session.flush()
-    if evaluation.results:
-        # One executemany for the per-rule rows: they need no ORM identity afterwards.
-        await ctx.session.execute(
-            insert(GuardrailRuleResult),
-            [
-                {"evaluation_id": row.id, "guardrail_id": c.guardrail_id,
-                 "severity": c.severity, "fired": c.fired,
-                 "message": messages.get(c.guardrail_id), "error": c.error}
-                for c in evaluation.results
-            ],
-        )
-    return Checked(evaluation, row.id, iso(now))
+    rule_rows = [
+        {"evaluation_id": row.id, "guardrail_id": c.guardrail_id, "severity": c.severity,
+         "fired": c.fired, "message": messages.get(c.guardrail_id), "error": c.error}
+        for c in evaluation.results
+    ]
+    return Staged(Checked(evaluation, row.id, iso(now)), row, rule_rows)
+
+
+async def store(session: AsyncSession, staged: Sequence[Staged]) -> None:
+    """Write evaluations: the rows, then one executemany for all their per-rule rows (which
+    need no ORM identity afterwards)."""
+    if not staged:
+        return
+    session.add_all(s.row for s in staged)
+    await session.flush()
+    rule_rows = [r for s in staged for r in s.rule_rows]
+    if rule_rows:
+        await session.execute(insert(GuardrailRuleResult), rule_rows)
+
+
+async def check(
+    ctx: CallContext, request: Request, source: str, *, category_field: str = "category"
+) -> Checked:
+    """Evaluate and store in the call's transaction (see ``evaluate_request``)."""
+    staged = evaluate_request(ctx, request, source, category_field=category_field)
+    await store(ctx.session, [staged])
+    return staged.checked
 
 
 def _jsonable(facts: dict[str, Any]) -> dict[str, Any]:

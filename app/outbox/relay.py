@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -36,6 +36,7 @@ log = logging.getLogger("cstp.outbox")
 
 KINDS = ("export", "index")
 LEASE = timedelta(seconds=30)
+SETTLE_LINGER = 0.05  # seconds inline results wait for a write transaction to carry them
 MAX_BACKOFF = timedelta(minutes=10)
 
 
@@ -98,20 +99,48 @@ class Relay:
         """Record the inline pass's results off the caller's path, batched with others.
 
         The caller's answer depends only on what was done, not on the bookkeeping; should
-        the process die first, the lease runs out and the (idempotent) work is done again."""
+        the process die first, the lease runs out and the (idempotent) work is done again.
+        The next write transaction that comes along records them (``settle_in``); what none
+        takes within SETTLE_LINGER gets a transaction of its own."""
         self._unsettled.append((events, results))
         if self._settler is None or self._settler.done():
             self._settler = asyncio.get_running_loop().create_task(self._settle_loop())
 
     async def _settle_loop(self) -> None:
         while self._unsettled:
-            batch, self._unsettled = self._unsettled, []
-            events = [e for work, _ in batch for e in work]
-            results = {k: v for _, res in batch for k, v in res.items()}
+            await asyncio.sleep(SETTLE_LINGER)
+            batch = self._take_unsettled()
+            if not batch:
+                continue
             try:
-                await self._settle(events, results)
+                async with self.db.transaction(write=True) as session:
+                    await self._record_results(session, *batch)
             except Exception:
                 log.exception("could not record outbox results; leases will expire and retry")
+
+    def _take_unsettled(
+        self,
+    ) -> tuple[list[tuple[int, str, str, int]], dict[int, str | None]] | None:
+        batch, self._unsettled = self._unsettled, []
+        if not batch:
+            return None
+        events = [e for work, _ in batch for e in work]
+        results = {k: v for _, res in batch for k, v in res.items()}
+        return events, results
+
+    async def settle_in(self, session: AsyncSession) -> Callable[[], None]:
+        """Record pending inline results in ``session`` (a write transaction that is about to
+        commit anyway). Returns an undo to call if that transaction fails: the results are
+        then queued again."""
+        batch = self._take_unsettled()
+        if batch is None:
+            return lambda: None
+        await self._record_results(session, *batch)
+
+        def undo() -> None:
+            self._settle_later(*batch)
+
+        return undo
 
     async def flush(self) -> None:
         """Wait until the results of inline passes are recorded (shutdown, tests)."""
@@ -205,31 +234,37 @@ class Relay:
         self, events: list[tuple[int, str, str, int]], results: dict[int, str | None]
     ) -> RelayStats:
         """Mark what worked done and reschedule (or bury) what did not, in one transaction."""
+        async with self.db.transaction(write=True) as session:
+            await self._record_results(session, events, results)
+        return self._outcome(events, results)
+
+    async def _record_results(
+        self, session: AsyncSession, events: list[tuple[int, str, str, int]],
+        results: dict[int, str | None],
+    ) -> None:
         now = self.runtime.now()
         done = [eid for eid, *_ in events if results.get(eid, "not run") is None]
-        async with self.db.transaction(write=True) as session:
-            if done:
-                await session.execute(
-                    update(OutboxEvent)
-                    .where(OutboxEvent.id.in_(done), OutboxEvent.status == "pending")
-                    .values(status="done", processed_at=now, last_error=None)
+        if done:
+            await session.execute(
+                update(OutboxEvent)
+                .where(OutboxEvent.id.in_(done), OutboxEvent.status == "pending")
+                .values(status="done", processed_at=now, last_error=None)
+            )
+        for eid, _kind, _decision, attempts in events:
+            error = results.get(eid, "not run")
+            if error is None:
+                continue
+            tries = attempts + 1
+            dead = tries >= self.settings.outbox_max_attempts
+            await session.execute(
+                update(OutboxEvent)
+                .where(OutboxEvent.id == eid, OutboxEvent.status == "pending")
+                .values(
+                    attempts=tries, last_error=error[:2000],
+                    status="dead" if dead else "pending",
+                    available_at=now + backoff(tries),
                 )
-            for eid, _kind, _decision, attempts in events:
-                error = results.get(eid, "not run")
-                if error is None:
-                    continue
-                tries = attempts + 1
-                dead = tries >= self.settings.outbox_max_attempts
-                await session.execute(
-                    update(OutboxEvent)
-                    .where(OutboxEvent.id == eid, OutboxEvent.status == "pending")
-                    .values(
-                        attempts=tries, last_error=error[:2000],
-                        status="dead" if dead else "pending",
-                        available_at=now + backoff(tries),
-                    )
-                )
-        return self._outcome(events, results)
+            )
 
     async def counts(self) -> dict[str, int]:
         async with self.db.transaction(write=False) as session:

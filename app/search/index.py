@@ -44,7 +44,9 @@ MetadataValue = str | int | float | bool | list[str]
 
 @dataclass(frozen=True)
 class IndexEntry:
-    """One document to index: ``metadata`` values that are None or empty lists mean "absent"."""
+    """One document to index: ``document`` is the text that is embedded (Chroma stores only
+    the vector and the metadata); ``metadata`` values that are None or empty lists mean
+    "absent"."""
 
     id: str
     document: str
@@ -180,7 +182,6 @@ class VectorIndex:
         for start in range(0, len(items), MAX_FLUSH_ENTRIES):
             chunk = slice(start, start + MAX_FLUSH_ENTRIES)
             self._chroma.run(functools.partial(replace, ids=ids[chunk], vectors=vectors[chunk],
-                                               documents=documents[chunk],
                                                metadatas=metadatas[chunk]))
         return len(items)
 

@@ -6,6 +6,7 @@ id collisions, concurrency, an index outage healed by the outbox, and rebuilding
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 import shutil
 import time
@@ -350,6 +351,31 @@ async def test_colliding_id_is_redrawn_never_overwritten(
         assert len(yaml_files(settings.decisions_dir)) == 2
 
 
+async def test_concurrent_records_drawing_a_taken_id_all_succeed(
+    settings: Settings, embedder: Embedder
+) -> None:
+    """Concurrent calls are committed together; a colliding id in such a group must neither
+    fail the other calls nor overwrite the stored decision."""
+    drawn = itertools.chain(["aaaaaaaa"] * 4, (f"{n:08x}" for n in itertools.count(0xB0000000)))
+    runtime = Runtime(decision_id=lambda: next(drawn))
+    async with app_client(settings, embedder, runtime) as (rpc, _client):
+        first = await rpc.ok("cstp.recordDecision", simple("Kept: the first decision"))
+        assert first["id"] == "aaaaaaaa"
+        texts = [f"Concurrent decision {n} about message queue {n}" for n in range(6)]
+        answers = await asyncio.gather(
+            *(rpc.ok("cstp.recordDecision", simple(t)) for t in texts))
+        ids = [a["id"] for a in answers]
+        assert len(set(ids)) == 6 and "aaaaaaaa" not in ids
+        assert all(a["success"] is True and a["indexed"] is True for a in answers)
+        for text_, answer in zip(texts, answers, strict=True):
+            got = (await rpc.ok("cstp.getDecision", {"id": answer["id"]}))["decision"]
+            assert got["decision"] == text_
+        kept = (await rpc.ok("cstp.getDecision", {"id": "aaaaaaaa"}))["decision"]
+        assert kept["decision"] == "Kept: the first decision"
+        assert (await rpc.ok("cstp.listDecisions"))["total"] == 7
+        assert len(yaml_files(settings.decisions_dir)) == 7
+
+
 async def test_id_taken_by_a_concurrent_uncommitted_insert_is_redrawn(
     settings: Settings, embedder: Embedder
 ) -> None:
@@ -430,6 +456,7 @@ async def test_fifty_concurrent_records(
     assert len(files) == 50
     assert {r["path"].removeprefix("decisions/") for r in results} == set(files)
     assert await services.index.count() == 50
+    await services.relay.flush()  # the outbox bookkeeping is recorded off the answer's path
     assert {s for _k, _d, s in await outbox_rows(client)} == {"done"}
 
 
@@ -455,6 +482,7 @@ async def test_index_outage_is_healed_by_the_relay_without_help(
         assert (await rpc.ok("cstp.listDecisions"))["total"] == 4
         for result in later:
             assert yaml_of(remote, result)[0].is_file()
+        await services.relay.flush()
         rows = await outbox_rows(client)
         pending = {d for kind, d, status in rows if kind == "index" and status == "pending"}
         assert pending == {r["id"] for r in later}

@@ -1,0 +1,179 @@
+"""Group commit for recordDecision.
+
+Concurrent recordDecision calls are written together: one transaction (one INSERT per table,
+one COMMIT) and one outbox pass (one batch of YAML files, one index upsert). On SQLite every
+write transaction holds the database's single write lock, and a transaction of one decision
+held it for ~11 round trips through the event loop; a group now holds it once for all the
+calls that queued while the previous group was written. A lone call is a group of one.
+
+Each call keeps its own outcome. When a group's transaction fails (two drawn ids collide with
+stored ones, say), every call in it is written again alone, in a transaction of its own that
+redraws a colliding id, so one call's failure never fails another's.
+
+The rows and their outbox events commit together, as everywhere (DESIGN: every outside
+effect goes through the outbox); the pass after the commit is what makes ``indexed: true``
+and the YAML file the normal case, and the outbox finishes whatever it could not do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.decisions import Decision
+from app.db.engine import Database
+from app.db.outbox import OutboxEvent
+from app.guardrails.service import Staged, store
+from app.outbox.relay import Relay
+from app.rpc.errors import STORAGE_ERROR, RpcError
+from app.runtime import Runtime
+
+log = logging.getLogger("cstp.decisions")
+
+MAX_GROUP = 64  # calls written in one transaction at most
+MAX_ID_DRAWS = 20
+
+
+@dataclass
+class _Unit:
+    build: Callable[[], Decision]  # a fresh, unsaved row (with reasons and tags) per call
+    evaluation: Staged | None
+    prepared: Awaitable[None]  # the embedding, computed while the rows are written
+    future: asyncio.Future[tuple[Decision, bool]]
+
+
+_Committed = list[tuple[_Unit, Decision, list[OutboxEvent]]]
+
+
+class RecordWriter:
+    def __init__(self, db: Database, relay: Relay, runtime: Runtime) -> None:
+        self.db = db
+        self.relay = relay
+        self.runtime = runtime
+        self._queue: deque[_Unit] = deque()
+        self._flusher: asyncio.Task[None] | None = None
+        self._deliveries: set[asyncio.Task[None]] = set()
+
+    async def write(
+        self, build: Callable[[], Decision], evaluation: Staged | None, prepared: Awaitable[None]
+    ) -> tuple[Decision, bool]:
+        """Write one decision (and its guardrail evaluation); returns the committed row and
+        whether it is in the vector index. Raises what its transaction raised."""
+        loop = asyncio.get_running_loop()
+        unit = _Unit(build, evaluation, prepared, loop.create_future())
+        self._queue.append(unit)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = loop.create_task(self._flush_loop())
+        return await asyncio.shield(unit.future)
+
+    async def drain(self) -> None:
+        """Wait until everything queued now is written and delivered (shutdown, tests)."""
+        while (self._flusher is not None and not self._flusher.done()) or self._deliveries:
+            await asyncio.gather(
+                *(t for t in (self._flusher, *self._deliveries) if t is not None),
+                return_exceptions=True,
+            )
+
+    async def _flush_loop(self) -> None:
+        while self._queue:
+            group = [self._queue.popleft() for _ in range(min(MAX_GROUP, len(self._queue)))]
+            try:
+                committed = await self._commit_group(group)
+            except asyncio.CancelledError:
+                for unit in group:
+                    _fail(unit, RpcError(STORAGE_ERROR, "Storage error: server shutting down"))
+                raise
+            except Exception:
+                log.info("a group of %d decisions failed; writing each alone", len(group))
+                committed = []
+                for unit in group:
+                    try:
+                        committed.append(await self._commit_alone(unit))
+                    except Exception as exc:  # noqa: BLE001 - it is that call's outcome
+                        _fail(unit, exc)
+            if committed:
+                task = asyncio.get_running_loop().create_task(self._deliver(committed))
+                self._deliveries.add(task)
+                task.add_done_callback(self._deliveries.discard)
+
+    async def _commit_group(self, group: list[_Unit]) -> _Committed:
+        """One transaction for the group; it also records the outbox results of earlier
+        groups, which would otherwise need a write transaction of their own."""
+        taken: set[str] = set()
+        undo_settle: Callable[[], None] = lambda: None  # noqa: E731
+        try:
+            async with self.db.transaction(write=True) as session:
+                await store(session, [u.evaluation for u in group if u.evaluation is not None])
+                committed: _Committed = []
+                for unit in group:
+                    decision = unit.build()
+                    decision.id = self._draw(taken)
+                    session.add(decision)
+                    committed.append((unit, decision, self.relay.enqueue(session, decision.id)))
+                await session.flush()
+                undo_settle = await self.relay.settle_in(session)
+        except BaseException:
+            undo_settle()
+            raise
+        return committed
+
+    async def _commit_alone(self, unit: _Unit) -> tuple[_Unit, Decision, list[OutboxEvent]]:
+        async with self.db.transaction(write=True) as session:
+            if unit.evaluation is not None:
+                await store(session, [unit.evaluation])
+            decision = unit.build()
+            await self._insert_with_fresh_id(session, decision)
+            events = self.relay.enqueue(session, decision.id)
+            await session.flush()
+        return unit, decision, events
+
+    def _draw(self, taken: set[str]) -> str:
+        for _ in range(MAX_ID_DRAWS):
+            candidate = self.runtime.decision_id()
+            if candidate not in taken:
+                taken.add(candidate)
+                return candidate
+        raise RpcError(STORAGE_ERROR, "Storage error: no free decision id could be drawn")
+
+    async def _insert_with_fresh_id(self, session: AsyncSession, decision: Decision) -> None:
+        """Draw ids until one is free; a collision is detected by the primary key, never an
+        overwrite, even when two transactions draw the same id at once."""
+        for _ in range(MAX_ID_DRAWS):
+            decision.id = self.runtime.decision_id()
+            try:
+                async with session.begin_nested():
+                    session.add(decision)
+                    await session.flush()
+                return
+            except IntegrityError:
+                # Rolling back the savepoint already took ``decision`` out of the session.
+                continue
+        raise RpcError(STORAGE_ERROR, "Storage error: no free decision id could be drawn")
+
+    async def _deliver(self, committed: _Committed) -> None:
+        """The outbox pass for a committed group, then each call's answer."""
+        await asyncio.gather(*(unit.prepared for unit, _, _ in committed),
+                             return_exceptions=True)
+        events = [event for _, _, unit_events in committed for event in unit_events]
+        try:
+            stats = await self.relay.process(events, [decision for _, decision, _ in committed])
+            done = set(stats.done_ids)
+        except Exception:
+            # The rows and their events are committed; the outbox finishes what failed here.
+            log.exception("outbox pass after recordDecision failed")
+            done = set()
+        for unit, decision, unit_events in committed:
+            index_event = next(e.id for e in unit_events if e.kind == "index")
+            if not unit.future.done():
+                unit.future.set_result((decision, index_event in done))
+
+
+def _fail(unit: _Unit, exc: BaseException) -> None:
+    if not unit.future.done():
+        unit.future.set_exception(exc)
