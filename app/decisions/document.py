@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import selectinload
+from sqlalchemy.orm import joinedload, selectinload
 
 from app.db.decisions import Decision
 from app.runtime import iso
@@ -40,15 +40,21 @@ def relative_path(decision: Decision) -> str:
     )
 
 
-async def load_decisions(session: AsyncSession, ids: Sequence[str]) -> dict[str, Decision]:
+async def load_decisions(
+    session: AsyncSession, ids: Sequence[str], *, reasons: bool = True
+) -> dict[str, Decision]:
+    """Rows by id with their tags, and their reasons unless ``reasons`` is False (then
+    ``index_text`` and ``reasons_of`` must not be used on them)."""
     if not ids:
         return {}
+    # Tags come in the same statement (a decision has a few), reasons in a second one.
+    loads = [joinedload(Decision.tags)]
+    if reasons:
+        loads.append(selectinload(Decision.reasons))
     rows = await session.scalars(
-        select(Decision)
-        .where(Decision.id.in_(list(ids)))
-        .options(selectinload(Decision.reasons), selectinload(Decision.tags))
+        select(Decision).where(Decision.id.in_(list(ids))).options(*loads)
     )
-    return {row.id: row for row in rows}
+    return {row.id: row for row in rows.unique()}
 
 
 def tags_of(decision: Decision) -> list[str]:
@@ -115,7 +121,12 @@ def index_text(d: Decision) -> str:
 
 
 def index_entry(d: Decision) -> IndexEntry:
-    """The vector index document and metadata; filters in app.search.filters read these keys."""
+    """The vector index document and metadata."""
+    return IndexEntry(id=d.id, document=index_text(d), metadata=index_metadata(d))
+
+
+def index_metadata(d: Decision) -> dict[str, Any]:
+    """The filterable metadata of the index entry; app.search.filters reads these keys."""
     metadata: dict[str, Any] = {
         "title": d.summary,
         "category": d.category,
@@ -132,8 +143,7 @@ def index_entry(d: Decision) -> IndexEntry:
         "outcome": d.outcome,
     }
     metadata.update(tag_metadata(tags_of(d)))
-    clean = {k: v for k, v in metadata.items() if v is not None}
-    return IndexEntry(id=d.id, document=index_text(d), metadata=clean)
+    return {k: v for k, v in metadata.items() if v is not None}
 
 
 def wire(d: Decision, *, reviews: list[dict[str, Any]] | None = None) -> dict[str, Any]:
