@@ -89,6 +89,15 @@ def test_batch_equals_one_at_a_time_for_mixed_lengths(embedder: Embedder) -> Non
     assert_close(batched, single)
 
 
+def test_throughput_session_gives_the_same_vectors(embedder: Embedder) -> None:
+    """``embed_many`` (one thread, for work off a caller's path) and ``embed`` (two threads,
+    for latency) run the same model."""
+    assert isinstance(embedder, OnnxMiniLMEmbedder)
+    texts = [DEPLOY, "Bake sourdough bread at home", "ok", ""]
+    assert_close(embedder.embed_many(texts), embedder.embed(texts))
+    assert embedder.embed_many([]) == []
+
+
 def test_batches_larger_than_chunk_keep_order(embedder: Embedder) -> None:
     texts = [f"decision number {i} " + "detail " * (i % 7) for i in range(70)]
     batched = embedder.embed(texts)
