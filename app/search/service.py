@@ -100,8 +100,8 @@ async def _verified(
     little more than the rows it returns. Read in a read transaction of its own: a write method
     (announceIntent) must not hold the SQLite write lock while it searches."""
     found: list[Found] = []
-    # A filter drops some of the nearest hits: start with twice as many rows then.
-    start, chunk = 0, max(1, limit if to_where(filters) is None else 2 * limit)
+    # A filter drops some of the nearest hits: start with three times as many rows then.
+    start, chunk = 0, max(1, limit if to_where(filters) is None else 3 * limit)
     async with ctx.services.db.transaction(write=False) as session:
         while start < len(hits) and len(found) < limit:
             batch = hits[start:start + chunk]
