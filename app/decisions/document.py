@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import joinedload, selectinload
+from sqlalchemy.orm import joinedload, load_only, selectinload
 
 from app.db.decisions import Decision
 from app.runtime import iso
@@ -40,17 +40,29 @@ def relative_path(decision: Decision) -> str:
     )
 
 
+# What a search reads of a row (fewer columns: less to hydrate per hit).
+SEARCH_COLUMNS = (
+    Decision.id, Decision.summary, Decision.category, Decision.confidence, Decision.stakes,
+    Decision.status, Decision.created_at, Decision.recorded_by, Decision.project,
+    Decision.feature, Decision.pr, Decision.outcome, Decision.actual_result, Decision.lessons,
+    Decision.review_notes,
+)
+
+
 async def load_decisions(
     session: AsyncSession, ids: Sequence[str], *, reasons: bool = True
 ) -> dict[str, Decision]:
-    """Rows by id with their tags, and their reasons unless ``reasons`` is False (then
-    ``index_text`` and ``reasons_of`` must not be used on them)."""
+    """Rows by id with every column, their tags and their reasons; with ``reasons=False``
+    (searches) only the tags and SEARCH_COLUMNS, enough for ``list_item``, ``index_metadata``
+    and announceIntent's similar decisions: reading anything else from such a row raises."""
     if not ids:
         return {}
     # Tags come in the same statement (a decision has a few), reasons in a second one.
     loads = [joinedload(Decision.tags)]
     if reasons:
         loads.append(selectinload(Decision.reasons))
+    else:
+        loads.append(load_only(*SEARCH_COLUMNS, raiseload=True))
     rows = await session.scalars(
         select(Decision).where(Decision.id.in_(list(ids))).options(*loads)
     )
