@@ -1,8 +1,9 @@
 """Semantic search over decisions: the vector index ranks, the database has the last word.
 
-Filters are pushed down into Chroma so a top-k search never loses a match; the hits are then
-re-read from SQL (the source of truth) and checked against the same filters, so a stale index
-entry (say, a review not yet re-indexed) can never leak a result that breaks a filter.
+The hits are read from SQL (the source of truth) and checked against every filter there, so
+a stale index entry (say, a review not yet re-indexed) can never leak a result that breaks a
+filter; when the nearest hits hold too few matches, the filters are pushed down into Chroma,
+so a top-k search never loses a match (see ``search``).
 """
 
 from __future__ import annotations
