@@ -11,8 +11,8 @@ the next group's commit and both go together (up to MAX_GROUP decisions): one in
 costs ~5 ms plus ~1 ms per decision and holds the interpreter lock, so fewer, larger ones
 leave more time to everything else. When nothing waits, the pass starts at once.
 
-Each call keeps its own outcome. When a group's transaction fails (two drawn ids collide with
-stored ones, say), every call in it is written again alone, in a transaction of its own that
+Each call keeps its own outcome. When a group's transaction fails (a drawn id collides with
+a stored one, say), every call in it is written again alone, in a transaction of its own that
 redraws a colliding id, so one call's failure never fails another's.
 
 The rows and their outbox events commit together, as everywhere (DESIGN: every outside
