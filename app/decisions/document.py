@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import joinedload, load_only, selectinload
+from sqlalchemy.orm import load_only, selectinload
 
 from app.db.decisions import Decision
 from app.runtime import iso
@@ -57,8 +57,9 @@ async def load_decisions(
     and announceIntent's similar decisions: reading anything else from such a row raises."""
     if not ids:
         return {}
-    # Tags come in the same statement (a decision has a few), reasons in a second one.
-    loads = [joinedload(Decision.tags)]
+    # Tags and reasons each by ``decision_id IN (...)``: a join would let Postgres hash-join
+    # against a full scan of decision_tags, which grows with the corpus.
+    loads = [selectinload(Decision.tags)]
     if reasons:
         loads.append(selectinload(Decision.reasons))
     else:
@@ -66,7 +67,7 @@ async def load_decisions(
     rows = await session.scalars(
         select(Decision).where(Decision.id.in_(list(ids))).options(*loads)
     )
-    return {row.id: row for row in rows.unique()}
+    return {row.id: row for row in rows}
 
 
 def tags_of(decision: Decision) -> list[str]:
