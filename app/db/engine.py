@@ -4,8 +4,9 @@ SQLite is set up to behave like Postgres where it matters: foreign keys on, WAL,
 ``BEGIN`` statements issued by SQLAlchemy instead of the driver's implicit ones. Write
 transactions start with ``BEGIN IMMEDIATE`` and are serialised in-process by an asyncio lock,
 taken just before a transaction's first statement, so concurrent writers queue fairly instead
-of failing with "database is locked" when a deferred transaction tries to upgrade its lock. Reads use a second engine with plain
-``BEGIN`` so they never wait for a writer (WAL readers see the last commit).
+of failing with "database is locked" when a deferred transaction tries to upgrade its lock.
+Reads use a second engine with plain ``BEGIN`` so they never wait for a writer (WAL readers
+see the last commit).
 """
 
 from __future__ import annotations

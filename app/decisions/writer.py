@@ -116,15 +116,15 @@ class RecordWriter:
     async def _commit_group(self, group: list[_Unit]) -> _Committed:
         """One transaction for the group; it also records the outbox results of earlier
         groups, which would otherwise need a write transaction of their own."""
-        taken: set[str] = set()
         undo_settle: Callable[[], None] = lambda: None  # noqa: E731
         try:
             async with self.db.transaction(write=True) as session:
                 await store(session, [u.evaluation for u in group if u.evaluation is not None])
                 committed: _Committed = []
                 for unit in group:
+                    # A colliding id fails the group, which is then written call by call.
                     decision = unit.build()
-                    decision.id = self._draw(taken)
+                    decision.id = self.runtime.decision_id()
                     session.add(decision)
                     committed.append((unit, decision, self.relay.enqueue(session, decision.id)))
                 await session.flush()
@@ -143,14 +143,6 @@ class RecordWriter:
             events = self.relay.enqueue(session, decision.id)
             await session.flush()
         return unit, decision, events
-
-    def _draw(self, taken: set[str]) -> str:
-        for _ in range(MAX_ID_DRAWS):
-            candidate = self.runtime.decision_id()
-            if candidate not in taken:
-                taken.add(candidate)
-                return candidate
-        raise RpcError(STORAGE_ERROR, "Storage error: no free decision id could be drawn")
 
     async def _insert_with_fresh_id(self, session: AsyncSession, decision: Decision) -> None:
         """Draw ids until one is free; a collision is detected by the primary key, never an
