@@ -229,7 +229,7 @@ def import_tree_command(directory: Path) -> None:
                 bar.update(done - bar.pos)
 
             report = await import_tree(services, directory, progress=progress)
-        stats = await services.relay.drain(include_leased=True)  # its own fresh events
+        stats = await services.relay.drain()  # the imported decisions' events are due now
         return report, stats
 
     report, stats = _with_services(work)

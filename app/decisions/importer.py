@@ -216,7 +216,8 @@ async def import_tree(services: Services, root: Path, progress: Progress | None 
                 session.add(decision)
                 if decision.outcome is not None:
                     session.add(_history_row(decision))
-                services.relay.enqueue(session, decision.id)
+                # Due at once: this command (or a running server) carries them out.
+                services.relay.enqueue(session, decision.id, leased=False)
                 report.new += 1
         done += len(chunk)
         if progress is not None:

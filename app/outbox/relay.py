@@ -67,14 +67,16 @@ class Relay:
         self._settler: asyncio.Task[None] | None = None
 
     def enqueue(
-        self, session: AsyncSession, decision_id: str, kinds: Sequence[str] = KINDS
+        self, session: AsyncSession, decision_id: str, kinds: Sequence[str] = KINDS, *,
+        leased: bool = True,
     ) -> list[OutboxEvent]:
-        """Add events for ``decision_id``, leased to this process for the inline pass."""
+        """Add events for ``decision_id``, leased to this process for the inline pass, or
+        due at once (``leased=False``) for whichever relay claims them first."""
         now = self.runtime.now()
         events = [
             OutboxEvent(
                 kind=kind, decision_id=decision_id, status="pending", attempts=0,
-                created_at=now, available_at=now + LEASE,
+                created_at=now, available_at=now + LEASE if leased else now,
             )
             for kind in kinds
         ]
@@ -147,9 +149,12 @@ class Relay:
         while self._settler is not None and not self._settler.done():
             await asyncio.shield(self._settler)
 
-    async def run_due(self, limit: int = 200, *, include_leased: bool = False) -> RelayStats:
-        """Claim up to ``limit`` due events and process them."""
-        claimed = await self._claim(limit, include_leased=include_leased)
+    async def run_due(
+        self, limit: int = 200, *, leased_until: datetime | None = None
+    ) -> RelayStats:
+        """Claim up to ``limit`` due events and process them; ``leased_until`` also takes
+        events whose lease runs out by then."""
+        claimed = await self._claim(limit, leased_until=leased_until)
         if not claimed:
             return RelayStats()
         return await self._process(claimed)
@@ -160,17 +165,18 @@ class Relay:
 
         Events under a lease belong to the relay holding it (a server processing them right
         after its commit) and are left alone, so two relays never work on one event at once.
-        ``include_leased`` takes them too: only for when no server is running (a crashed
-        server's leases would otherwise wait out LEASE)."""
+        ``include_leased`` takes them too, every one leased when the drain starts: only for
+        when no server is running (a crashed server's leases would otherwise wait out LEASE).
+        An event that fails in one pass may then be tried again in the next."""
+        leased_until = self.runtime.now() + LEASE if include_leased else None
         total = RelayStats()
         while True:
-            stats = await self.run_due(include_leased=include_leased)
+            stats = await self.run_due(leased_until=leased_until)
             total.done += stats.done
             total.failed += stats.failed
             total.dead += stats.dead
             if stats.done == 0:
                 return total
-            include_leased = False
 
     async def loop(self) -> None:
         """Background retries: wake on a timer (or when poked) and run what is due."""
@@ -191,10 +197,10 @@ class Relay:
             self.wakeup.clear()
 
     async def _claim(
-        self, limit: int, *, include_leased: bool
+        self, limit: int, *, leased_until: datetime | None
     ) -> list[tuple[int, str, str, int]]:
         now = self.runtime.now()
-        horizon = now + LEASE if include_leased else now
+        horizon = max(now, leased_until) if leased_until is not None else now
         async with self.db.transaction(write=True) as session:
             query = (
                 select(OutboxEvent.id, OutboxEvent.kind, OutboxEvent.decision_id,

