@@ -73,8 +73,9 @@ async def upgrade(url: str, revision: str = "head") -> None:
 
 
 def _use_wal(connection: Connection) -> None:
-    """Put the SQLite file in WAL mode once, here: the mode is kept in the file, and switching
-    it later needs an exclusive lock that a busy server's connections would fight over."""
+    """Put the SQLite file in WAL mode here, before the server's connections open it: the mode
+    is kept in the file, and switching it later needs an exclusive lock that a busy server's
+    connections would fight over (their own ``journal_mode=WAL`` is then a no-op)."""
     connection.exec_driver_sql("PRAGMA journal_mode=WAL")
 
 

@@ -149,15 +149,17 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
 
 async def record_failure(ctx: CallContext, raw: dict[str, Any], error: RpcError) -> None:
     """The audit row of an announcement that did not succeed (rate limited or failed)."""
-    raw = _storable(raw)
 
     def text(key: str) -> str | None:
         value = raw.get(key)
-        return value[:20_000] if isinstance(value, str) else None
+        return _storable(value[:20_000]) if isinstance(value, str) else None
 
     confidence = raw.get("confidence")
-    metadata = raw.get("metadata")
-    correlation = raw.get("correlationId") or raw.get("correlation_id")
+    try:
+        metadata = _storable(raw.get("metadata"))
+    except RecursionError:  # nested too deeply to store; the row keeps everything else
+        metadata = None
+    correlation = _storable(raw.get("correlationId") or raw.get("correlation_id"))
     ctx.session.add(
         Intent(
             id=ctx.services.runtime.uuid(),
@@ -176,8 +178,8 @@ async def record_failure(ctx: CallContext, raw: dict[str, Any], error: RpcError)
 
 
 def _storable(value: Any) -> Any:
-    """The request as the audit row can hold it: NUL characters (which Postgres text cannot
-    store, and for which the call itself was refused) become U+FFFD."""
+    """A request value as the audit row can hold it: NUL characters (which Postgres text
+    cannot store, and for which the call itself was refused) become U+FFFD."""
     if isinstance(value, str):
         return value.replace("\x00", "\ufffd")
     if isinstance(value, dict):

@@ -16,7 +16,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from .context import CallContext
 from .errors import (
-    INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, RpcError, method_not_found,
+    INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR, RpcError, invalid_params, method_not_found,
     storage_error,
 )
 from .params import decode, ensure_object
@@ -89,8 +89,7 @@ class Dispatcher:
             try:
                 params = decode(raw_params, method.params)
             except RecursionError:
-                raise RpcError(INVALID_PARAMS, data={"field": "params",
-                                                     "error": "is nested too deeply"}) from None
+                raise invalid_params("params", "is nested too deeply") from None
             result = await self._run(method, params, agent)
         except RpcError as exc:
             error = exc

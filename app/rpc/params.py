@@ -7,6 +7,7 @@ an optional field sent as ``null`` counts as absent, and a few snake_case aliase
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import UTC, date, datetime, time
 from typing import Any, TypeVar
@@ -67,10 +68,10 @@ def normalize(params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _nul_path(value: Any, path: str) -> str | None:
-    """The path of the first string (or key) holding a NUL character, which no text column
-    of Postgres can store; None when there is none."""
-    stack = [(value, path)]
+def _nul_path(params: dict[str, Any]) -> str | None:
+    """The path of a string (or key) in ``params`` holding a NUL character, which no text
+    column of Postgres can store; None when there is none."""
+    stack: list[tuple[Any, str]] = [(value, key) for key, value in params.items()]
     while stack:
         item, where = stack.pop()
         if isinstance(item, str):
@@ -78,21 +79,31 @@ def _nul_path(value: Any, path: str) -> str | None:
                 return where
         elif isinstance(item, dict):
             for key, sub in item.items():
-                if isinstance(key, str) and "\x00" in key:
+                if "\x00" in key:
                     return where
-                stack.append((sub, f"{where}.{key}" if where else str(key)))
+                stack.append((sub, f"{where}.{key}"))
         elif isinstance(item, list):
             stack.extend((sub, f"{where}[{i}]") for i, sub in enumerate(item))
     return None
 
 
+@functools.cache
+def _wire_names(struct: type[Any]) -> frozenset[str]:
+    info = mi.type_info(struct)
+    assert isinstance(info, mi.StructType)
+    return frozenset(f.encode_name for f in info.fields)
+
+
 def decode(params: dict[str, Any], struct: type[T]) -> T:
-    """Validate ``params`` (already an object) into ``struct`` or raise -32602."""
-    nul = _nul_path(params, "")
+    """Validate ``params`` (already an object) into ``struct`` or raise -32602. Only the
+    params ``struct`` knows are read (unknown ones are ignored, SPEC section 2)."""
+    known = _wire_names(struct)
+    normalized = {k: v for k, v in normalize(params).items() if k in known}
+    nul = _nul_path(normalized)
     if nul is not None:
-        raise invalid_params(nul or "params", "must not contain NUL characters")
+        raise invalid_params(nul, "must not contain NUL characters")
     try:
-        return msgspec.convert(normalize(params), struct, strict=True)
+        return msgspec.convert(normalized, struct, strict=True)
     except msgspec.ValidationError as exc:
         raise _to_invalid_params(str(exc), struct) from None
 

@@ -612,17 +612,26 @@ async def test_timestamps_past_the_calendar_are_invalid_params(app_client: AppCl
     assert all(a.get("error", {}).get("code") == -32602 for a in answers), answers
 
 
-async def test_nul_characters_are_refused_or_stored_alike_on_both_databases(
+async def test_nul_characters_are_refused_naming_the_field_on_both_databases(
     app_client: AppClient,
 ) -> None:
+    """Postgres text cannot hold NUL: a NUL in a param the server reads is -32602 on both
+    databases, and nothing is stored; one in a param it does not know is ignored (SPEC 2)."""
     base = {"decision": "NUL test", "confidence": 0.5, "category": "process"}
     cases = [
-        ("cstp.recordDecision", dict(base, decision="a\x00b")),
-        ("cstp.recordDecision", dict(base, tags=["a\x00b"])),
-        ("cstp.announceIntent", {"intent": "a\x00b"}),
-        ("cstp.checkGuardrails", {"action": {"description": "a\x00b"}}),
-        ("cstp.listDecisions", {"search": "a\x00b"}),
+        ("cstp.recordDecision", dict(base, decision="a\x00b"), "decision"),
+        ("cstp.recordDecision", dict(base, tags=["a\x00b"]), "tags[0]"),
+        ("cstp.announceIntent", {"intent": "a\x00b"}, "intent"),
+        ("cstp.checkGuardrails", {"action": {"description": "a\x00b"}}, "action.description"),
+        ("cstp.listDecisions", {"search": "a\x00b"}, "search"),
     ]
-    answers = [(await _call(app_client, _rpc(m, p)))[1] for m, p in cases]
-    for answer in answers:
-        assert "result" in answer or answer["error"]["code"] == -32602, answers
+    for method, params, field in cases:
+        status, answer = await _call(app_client, _rpc(method, params))
+        assert status == 200 and isinstance(answer, dict), (method, status, answer)
+        assert answer["error"]["code"] == -32602, (method, answer)
+        assert answer["error"]["data"]["field"] == field, (method, answer)
+    status, listed = await _call(app_client, _rpc("cstp.listDecisions", {}))
+    assert listed["result"]["total"] == 0
+    status, answer = await _call(app_client, _rpc(
+        "cstp.recordDecision", dict(base, clientNote="ignored\x00here")))
+    assert status == 200 and answer["result"]["success"] is True, answer

@@ -399,6 +399,20 @@ async def test_another_agent_may_use_the_same_correlation_id(rpc: Rpc, db: Async
 # ---------------------------------------------------------------- failures are audited too
 
 
+async def test_a_refused_announcement_with_too_deep_metadata_is_still_audited(
+    rpc: Rpc, db: AsyncEngine
+) -> None:
+    deep: Any = "leaf"
+    for _ in range(900):
+        deep = {"k": deep}
+    error = await rpc.error(ANNOUNCE, {"intent": "Nested facts\x00", "correlationId": "deep-1",
+                                       "metadata": deep})
+    assert error["code"] == -32602
+    stored = await rows(db, Intent, Intent.correlation_id == "deep-1")
+    assert [(i.outcome, i.error_code, i.intent, i.metadata_) for i in stored] == [
+        ("failed", -32602, "Nested facts\ufffd", None)]
+
+
 async def test_index_down_is_32003_and_the_intent_row_says_failed(
     settings: Settings, embedder: Embedder, free_port: int, db: AsyncEngine
 ) -> None:
