@@ -8,10 +8,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import shutil
+import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -253,7 +253,21 @@ def free_port() -> Iterator[int]:
     yield port
 
 
-CHROMA = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "chroma"
+def wait_until_up(proc: subprocess.Popen[bytes], url: str, timeout: float,
+                  log: Callable[[], str] = lambda: "") -> None:
+    """Poll ``url`` until it answers 200. RuntimeError (with the tail of ``log()``) when
+    ``proc`` exits first or ``timeout`` runs out; the caller stops ``proc``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: the process exited with {proc.returncode}\n{log()}")
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer within {timeout:g} s\n{log()}")
 
 
 class ChromaServer:
@@ -266,36 +280,27 @@ class ChromaServer:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60.0) -> None:
-        executable = CHROMA if CHROMA.exists() else Path(sys.executable).parent / "chroma"
         self.proc = subprocess.Popen(
-            [str(executable), "run", "--path", str(self.path), "--port", str(self.port),
-             "--host", "127.0.0.1"],
+            [str(Path(sys.executable).with_name("chroma")), "run", "--path", str(self.path),
+             "--port", str(self.port), "--host", "127.0.0.1"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"chroma run exited with {self.proc.returncode}")
-            try:
-                if httpx.get(f"{self.url}/api/v2/heartbeat", timeout=0.5).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"chroma run did not answer its heartbeat within {timeout:g} s")
+        try:
+            wait_until_up(self.proc, f"{self.url}/api/v2/heartbeat", timeout)
+        except RuntimeError:
+            self.stop()
+            raise
 
     def stop(self) -> None:
+        """SIGKILL to the server and its children (its own session)."""
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
             return
         try:
-            os.killpg(proc.pid, signal.SIGKILL)  # its own session: the server and its children
+            os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         proc.wait(timeout=10)
-
-    kill = stop
 
 
 @pytest.fixture

@@ -12,15 +12,14 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from click.testing import CliRunner, Result
+from conftest import wait_until_up
 
 from app.cli import main
 from app.client.options import parse_pairs
@@ -82,20 +81,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"cstp serve exited with {proc.returncode}:\n"
-                            f"{log_path.read_text(errors='replace')}")
-            try:
-                if httpx.get(f"{base}/health", timeout=1.0).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"cstp serve not healthy after {START_TIMEOUT:g} s:\n"
-                            f"{log_path.read_text(errors='replace')}")
-            time.sleep(0.2)
+        wait_until_up(proc, f"{base}/health", START_TIMEOUT,
+                      lambda: log_path.read_text(errors="replace"))
         yield base
     finally:
         proc.terminate()

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from conftest import USE_PG, ChromaServer, serve_app
+from conftest import USE_PG, ChromaServer, serve_app, wait_until_up
 from sqlalchemy import func, select, update
 
 from app.asgi import create_app
@@ -182,18 +182,11 @@ class CstpServer:
                 env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd,
                 start_new_session=True,
             )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"cstp serve exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                if httpx.get(f"{self.base}/health", timeout=1.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        self.kill()
-        raise RuntimeError(f"cstp serve not healthy within {timeout:g} s:\n{self.log()}")
+        try:
+            wait_until_up(self.proc, f"{self.base}/health", timeout, self.log)
+        except RuntimeError:
+            self.kill()
+            raise
 
     def kill(self) -> None:
         """SIGKILL: no shutdown hook runs, in-flight work is simply lost."""
@@ -214,89 +207,86 @@ class CstpServer:
 
 
 async def test_chroma_server_killed_and_restarted_mid_load_loses_nothing(
-    settings: Settings, embedder: Embedder, tmp_path: Path, free_port: int
+    settings: Settings, embedder: Embedder, chroma_server: ChromaServer
 ) -> None:
     """500 recordDecision calls from 8 concurrent workers against an app on a ``chroma run``
     server; after ~100 calls the server gets SIGKILL and is started again ~2 s later (same
     path, same port). Every call succeeds (``indexed`` may be false), and with no manual step
     the relay's background loop brings SQL, the YAML tree and the index to the same 500."""
     total, workers, kill_after = 500, 8, 100
-    chroma = ChromaServer(tmp_path / "chroma-server", free_port)
-    try:
-        await asyncio.to_thread(chroma.start)
-        remote = settings.with_overrides(chroma_url=chroma.url, outbox_poll_seconds=0.2)
-        app = create_app(remote, embedder=embedder)
-        services: Services = app.state.services
-        async with serve_app(app) as http:
-            results: dict[int, dict[str, Any]] = {}
-            numbers = iter(range(total))
-            done = asyncio.Event()
-            timeline: dict[str, float] = {}
+    chroma = chroma_server  # killed after the test by its fixture, whatever happens
+    await asyncio.to_thread(chroma.start)
+    remote = settings.with_overrides(chroma_url=chroma.url, outbox_poll_seconds=0.2)
+    app = create_app(remote, embedder=embedder)
+    services: Services = app.state.services
+    async with serve_app(app) as http:
+        results: dict[int, dict[str, Any]] = {}
+        numbers = iter(range(total))
+        done = asyncio.Event()
+        timeline: dict[str, float] = {}
 
-            async def worker() -> None:
-                for n in numbers:
-                    response = await asyncio.wait_for(
-                        http.post("/cstp", headers=AUTH, json=envelope(n, record_params(n))), 60)
-                    assert response.status_code == 200, response.text
-                    results[n] = response.json()
-                    if len(results) >= kill_after:
-                        done.set()
+        async def worker() -> None:
+            for n in numbers:
+                response = await asyncio.wait_for(
+                    http.post("/cstp", headers=AUTH, json=envelope(n, record_params(n))), 60)
+                assert response.status_code == 200, response.text
+                results[n] = response.json()
+                if len(results) >= kill_after:
+                    done.set()
 
-            async def fault() -> None:
-                await asyncio.wait_for(done.wait(), 120)
-                timeline["killed_after"] = len(results)
-                await asyncio.to_thread(chroma.kill)
-                await asyncio.sleep(2.0)
-                timeline["restart_after"] = len(results)
-                await asyncio.to_thread(chroma.start)
-                timeline["up_after"] = len(results)
+        async def fault() -> None:
+            await asyncio.wait_for(done.wait(), 120)
+            timeline["killed_after"] = len(results)
+            await asyncio.to_thread(chroma.stop)
+            await asyncio.sleep(2.0)
+            timeline["restart_after"] = len(results)
+            await asyncio.to_thread(chroma.start)
+            timeline["up_after"] = len(results)
 
-            started = time.monotonic()
-            await asyncio.wait_for(
-                asyncio.gather(fault(), *(worker() for _ in range(workers))), 300)
-            load_seconds = time.monotonic() - started
+        started = time.monotonic()
+        await asyncio.wait_for(
+            asyncio.gather(fault(), *(worker() for _ in range(workers))), 300)
+        load_seconds = time.monotonic() - started
 
-            failed = {n: a for n, a in results.items() if "result" not in a}
-            assert not failed, list(failed.items())[:5]
-            answers = [results[n]["result"] for n in range(total)]
-            assert all(a["success"] is True for a in answers)
-            ids = [a["id"] for a in answers]
-            assert len(set(ids)) == total
-            not_indexed = sum(1 for a in answers if a["indexed"] is False)
-            # the fault really hit the load: some calls ran while the index was down
-            assert timeline["killed_after"] < total and not_indexed > 0, (timeline, not_indexed)
+        failed = {n: a for n, a in results.items() if "result" not in a}
+        assert not failed, list(failed.items())[:5]
+        answers = [results[n]["result"] for n in range(total)]
+        assert all(a["success"] is True for a in answers)
+        ids = [a["id"] for a in answers]
+        assert len(set(ids)) == total
+        not_indexed = sum(1 for a in answers if a["indexed"] is False)
+        # the fault really hit the load: some calls ran while the index was down
+        assert timeline["killed_after"] < total and not_indexed > 0, (timeline, not_indexed)
 
-            async def healed() -> tuple[bool, Any]:
-                counts = await services.relay.counts()
-                count = await services.index.count()
-                return counts["pending"] == 0 and counts["dead"] == 0 and count == total, (
-                    counts, count)
+        async def healed() -> tuple[bool, Any]:
+            counts = await services.relay.counts()
+            count = await services.index.count()
+            return counts["pending"] == 0 and counts["dead"] == 0 and count == total, (
+                counts, count)
 
-            heal_started = time.monotonic()
-            await poll_until(healed, 90, "outbox drained and index complete")
-            heal_seconds = time.monotonic() - heal_started
+        heal_started = time.monotonic()
+        await poll_until(healed, 90, "outbox drained and index complete")
+        heal_seconds = time.monotonic() - heal_started
 
-            db_ids, events = await sql_state(services)
-            assert len(db_ids) == total and set(db_ids) == set(ids)
-            assert_outbox_complete(db_ids, events)
-            files, others = yaml_tree(remote.decisions_dir)
-            assert set(files) == set(ids) and len(files) == total
-            assert others == [], others
-            for answer in answers:
-                assert files[answer["id"]] == remote.decisions_dir / answer["path"].removeprefix(
-                    "decisions/")
-            assert await services.index.count() == total
-            assert await indexed_ids(services.index, ids) == set(ids)
-            # the restarted server serves searches again, with the real metadata
-            params = record_params(123)
-            hits = (await http.post("/cstp", headers=AUTH, json=envelope(
-                1, {"query": params["decision"], "limit": 3}, "cstp.queryDecisions"))).json()
-            assert hits["result"]["decisions"][0]["id"] == ids[123]
-            print(f"\nchroma fault: {total} calls in {load_seconds:.1f} s, {not_indexed} answered "
-                  f"indexed=false, healed {heal_seconds:.1f} s after the load, "
-                  f"index failures seen {services.index.stats.failures}, timeline {timeline}")
-    finally:
-        await asyncio.to_thread(chroma.kill)
+        db_ids, events = await sql_state(services)
+        assert len(db_ids) == total and set(db_ids) == set(ids)
+        assert_outbox_complete(db_ids, events)
+        files, others = yaml_tree(remote.decisions_dir)
+        assert set(files) == set(ids) and len(files) == total
+        assert others == [], others
+        for answer in answers:
+            assert files[answer["id"]] == remote.decisions_dir / answer["path"].removeprefix(
+                "decisions/")
+        assert await services.index.count() == total
+        assert await indexed_ids(services.index, ids) == set(ids)
+        # the restarted server serves searches again, with the real metadata
+        params = record_params(123)
+        hits = (await http.post("/cstp", headers=AUTH, json=envelope(
+            1, {"query": params["decision"], "limit": 3}, "cstp.queryDecisions"))).json()
+        assert hits["result"]["decisions"][0]["id"] == ids[123]
+        print(f"\nchroma fault: {total} calls in {load_seconds:.1f} s, {not_indexed} answered "
+              f"indexed=false, healed {heal_seconds:.1f} s after the load, "
+              f"index failures seen {services.index.stats.failures}, timeline {timeline}")
 
 
 # ---------------------------------------------------------------- 2. server killed mid-load
@@ -307,7 +297,6 @@ class Load:
     """recordDecision calls from several HTTP clients; remembers what was acknowledged."""
 
     base: str
-    sent: int = 0
     acked: dict[int, dict[str, Any]] = field(default_factory=dict)  # n -> result
     lost: list[int] = field(default_factory=list)  # sent, no answer (the kill)
     errors: list[Any] = field(default_factory=list)
@@ -320,7 +309,6 @@ class Load:
                                      timeout=httpx.Timeout(30.0, connect=5.0)) as http:
             while not self.killed.is_set():
                 n = next(self.counter)
-                self.sent += 1
                 try:
                     response = await http.post("/cstp", json=envelope(n, record_params(n)))
                 except httpx.TransportError:
@@ -426,6 +414,7 @@ async def test_server_killed_mid_load_keeps_every_acknowledged_decision(
             while True:
                 page = await rpc(0, "cstp.listDecisions", {"limit": 500, "offset": len(listed),
                                                            "sort": "createdAt", "order": "asc"})
+                assert page["decisions"] or len(listed) >= page["total"], page
                 listed += page["decisions"]
                 if len(listed) >= page["total"]:
                     break
@@ -520,22 +509,14 @@ async def two_relays(settings: Settings, embedder: Embedder,
     relay and index client, one database and one Chroma server between them."""
     await asyncio.to_thread(chroma.start)
     shared = settings.with_overrides(chroma_url=chroma.url)
-    first = build_services(shared, embedder=embedder)
-    second = build_services(shared, embedder=embedder)
+    built: list[Services] = []
     try:
-        yield first, second
+        built.append(build_services(shared, embedder=embedder))
+        built.append(build_services(shared, embedder=embedder))
+        yield built[0], built[1]
     finally:
-        await first.close()
-        await second.close()
-
-
-@pytest.fixture
-def chroma(tmp_path: Path, free_port: int) -> Iterator[ChromaServer]:
-    server = ChromaServer(tmp_path / "chroma-server", free_port)
-    try:
-        yield server
-    finally:
-        server.kill()
+        for services in built:
+            await services.close()
 
 
 PG_ONLY = pytest.mark.skipif(
@@ -545,12 +526,12 @@ PG_ONLY = pytest.mark.skipif(
 
 @PG_ONLY
 async def test_two_relays_drain_one_outbox_without_handling_an_event_twice(
-    settings: Settings, embedder: Embedder, chroma: ChromaServer
+    settings: Settings, embedder: Embedder, chroma_server: ChromaServer
 ) -> None:
     """Two relays take due events the way their background loops do (``run_due``: claims
     with SKIP LOCKED, leases respected), concurrently, until nothing is left."""
     count = 300
-    async with two_relays(settings, embedder, chroma) as (first, second):
+    async with two_relays(settings, embedder, chroma_server) as (first, second):
         ids = await _insert_due_events(first, count)
         a, b = ObservedRelay(first.relay), ObservedRelay(second.relay)
         stats = await asyncio.wait_for(asyncio.gather(
@@ -578,13 +559,13 @@ async def test_two_relays_drain_one_outbox_without_handling_an_event_twice(
 
 @PG_ONLY
 async def test_drain_does_not_take_events_another_relay_is_working_on(
-    settings: Settings, embedder: Embedder, chroma: ChromaServer
+    settings: Settings, embedder: Embedder, chroma_server: ChromaServer
 ) -> None:
     """Relay A (e.g. a running server) claims a batch and is slow to process it; meanwhile an
     operator runs ``cstp outbox drain`` (relay B's ``drain()``, defaults as the CLI uses them).
     B must leave A's leased events alone and take only what is due."""
     count = 150  # 300 events: A's first claim (200) holds most, 100 stay due for B
-    async with two_relays(settings, embedder, chroma) as (first, second):
+    async with two_relays(settings, embedder, chroma_server) as (first, second):
         ids = await _insert_due_events(first, count)
         release = asyncio.Event()
         a, b = ObservedRelay(first.relay, hold=release), ObservedRelay(second.relay)
@@ -600,3 +581,5 @@ async def test_drain_does_not_take_events_another_relay_is_working_on(
         assert sorted(db_ids) == sorted(ids)
         twice = sorted(set(a.handled) & set(b.handled))
         assert not twice, f"{len(twice)} event(s) handled by both relays, e.g. {twice[:5]}"
+        # A held its first claim (200); B took the 100 that were due, and only those
+        assert (len(a.handled), len(b.handled)) == (200, 100)

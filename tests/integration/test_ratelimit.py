@@ -13,7 +13,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -31,7 +30,7 @@ from app.config import RateLimit, Settings, parse_rate_limits
 from app.rpc.errors import RpcError
 from app.rpc.ratelimit import MemoryRateLimiter, RedisRateLimiter
 from app.search.embedder import Embedder
-from conftest import Rpc, serve_app
+from conftest import Rpc, serve_app, wait_until_up
 
 REDIS_URL = os.environ.get("CSTP_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 BIN = Path(__file__).resolve().parents[2] / ".venv" / "bin"
@@ -252,20 +251,6 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_until_up(proc: subprocess.Popen[bytes], url: str, log: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url} exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(url, timeout=0.5).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} did not answer within {timeout}s:\n{log.read_text()[-3000:]}")
-
-
 class Processes:
     """Child processes in sessions of their own, always stopped (the whole group) at the end."""
 
@@ -342,9 +327,11 @@ async def test_two_server_processes_share_one_redis_budget(
                            "--port", str(port)], env))
 
     await asyncio.to_thread(wait_until_up, chroma,
-                            f"http://127.0.0.1:{chroma_port}/api/v2/heartbeat", chroma_log, 60)
+                            f"http://127.0.0.1:{chroma_port}/api/v2/heartbeat", 60,
+                            lambda: chroma_log.read_text()[-3000:])
     for (proc, log), port in zip(servers, ports, strict=True):
-        await asyncio.to_thread(wait_until_up, proc, f"http://127.0.0.1:{port}/health", log, 90)
+        await asyncio.to_thread(wait_until_up, proc, f"http://127.0.0.1:{port}/health", 90,
+                                lambda log=log: log.read_text()[-3000:])
 
     async def check(client: httpx.AsyncClient, port: int, n: int) -> dict[str, Any]:
         body = {"jsonrpc": "2.0", "method": "cstp.checkGuardrails", "id": n,

@@ -555,6 +555,11 @@ async def test_a_rare_filter_match_beyond_the_unfiltered_probe_is_found(rpc: Rpc
         "query": "roll out the login service", "limit": 1,
         "filters": {"category": "security"}})
     assert [d["id"] for d in found["decisions"]] == [far["id"]]
+    # the far decision is beyond what the probe saw, so the filtered query found it
+    from app.search.service import OVERFETCH, PROBE
+
+    probe = (1 + OVERFETCH) * PROBE
     unfiltered = await rpc.ok("cstp.queryDecisions", {"query": "roll out the login service",
-                                                      "limit": 20})
+                                                      "limit": probe})
+    assert len(unfiltered["decisions"]) == probe
     assert far["id"] not in [d["id"] for d in unfiltered["decisions"]]

@@ -117,19 +117,19 @@ async def test_index_persists_every_hundred_writes_even_for_an_older_collection(
                                    embedding_function=None)
     assert old.configuration["hnsw"]["sync_threshold"] == 1000
     idx = VectorIndex.embedded(path, embedder)
+    fresh = VectorIndex.embedded(tmp_path / "fresh", embedder)
     try:
         await idx.upsert([entry("a", DEPLOY)])
         assert await idx.count() == 1
         hnsw = client.get_collection("decisions").configuration["hnsw"]
         assert hnsw["sync_threshold"] == SYNC_THRESHOLD == 100
         assert hnsw["space"] == "cosine"
-        fresh = VectorIndex.embedded(tmp_path / "fresh", embedder)
         await fresh.upsert([entry("b", DEPLOY)])
         made = client_of(tmp_path / "fresh").get_collection("decisions")
         assert made.configuration["hnsw"]["sync_threshold"] == SYNC_THRESHOLD
-        await fresh.aclose()
     finally:
         await idx.aclose()
+        await fresh.aclose()
 
 
 async def test_delete_and_closed_index(tmp_path: Path, embedder: Embedder) -> None:
