@@ -34,7 +34,7 @@ from app.db.decisions import Decision
 from app.db.outbox import OutboxEvent
 from app.outbox.relay import Relay
 from app.search.embedder import Embedder
-from app.search.index import VectorIndex
+from app.search.index import IndexUnavailable, VectorIndex
 from app.services import Services, build_services
 
 pytestmark = pytest.mark.slow
@@ -76,13 +76,14 @@ def envelope(n: int, params: dict[str, Any], method: str = "cstp.recordDecision"
 async def poll_until(check: Callable[[], Awaitable[tuple[bool, Any]]], timeout: float, what: str,
                    interval: float = 0.25) -> Any:
     """Poll ``check`` (-> ``(reached, detail)``) until reached; return the detail. Fails with
-    the last detail after ``timeout`` seconds; an exception counts as "not yet"."""
+    the last detail after ``timeout`` seconds; a component still coming back (the index, an
+    HTTP server) counts as "not yet", any other error fails at once."""
     deadline = time.monotonic() + timeout
     detail: Any = None
     while True:
         try:
             reached, detail = await check()
-        except Exception as exc:  # noqa: BLE001 - a component may still be coming back
+        except (IndexUnavailable, httpx.HTTPError) as exc:
             reached, detail = False, exc
         if reached:
             return detail
