@@ -60,6 +60,10 @@ class Decision(Base):
         order_by="DecisionTag.position", lazy="raise", cascade="all, delete-orphan"
     )
 
+    @property
+    def tag_names(self) -> list[str]:
+        return [t.tag for t in self.tags]
+
 
 class DecisionReason(Base):
     __tablename__ = "decision_reasons"

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Connection, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import load_only, selectinload
+from sqlalchemy.orm import selectinload
 
-from app.db.decisions import Decision
+from app.db.decisions import Decision, DecisionReason, DecisionTag
 from app.runtime import iso
 from app.search.filters import tag_metadata
 from app.search.index import IndexEntry
@@ -40,7 +42,7 @@ def relative_path(decision: Decision) -> str:
     )
 
 
-# What a search reads of a row (fewer columns: less to hydrate per hit).
+# What a search reads of a row, in ``Brief`` field order.
 SEARCH_COLUMNS = (
     Decision.id, Decision.summary, Decision.category, Decision.confidence, Decision.stakes,
     Decision.status, Decision.created_at, Decision.recorded_by, Decision.project,
@@ -49,32 +51,85 @@ SEARCH_COLUMNS = (
 )
 
 
+@dataclass(slots=True)
+class Brief:
+    """A decision as a search reads it: SEARCH_COLUMNS as plain values (no ORM object to build
+    or track), then its tags and reasons when the search asked for them. ``list_item``,
+    ``index_metadata`` and ``reasons_of`` read it like a ``Decision``."""
+
+    id: str
+    summary: str
+    category: str
+    confidence: float
+    stakes: str
+    status: str
+    created_at: datetime
+    recorded_by: str
+    project: str | None
+    feature: str | None
+    pr: int | None
+    outcome: str | None
+    actual_result: str | None
+    lessons: str | None
+    review_notes: str | None
+    tag_names: list[str] = field(default_factory=list)
+    reasons: list[Any] = field(default_factory=list)
+
+
+# Built once: building a statement (and its cache key) costs more than running it here.
+_BRIEFS = select(*SEARCH_COLUMNS).where(Decision.id.in_(bindparam("ids", expanding=True)))
+_TAGS = (select(DecisionTag.decision_id, DecisionTag.tag)
+         .where(DecisionTag.decision_id.in_(bindparam("ids", expanding=True)))
+         .order_by(DecisionTag.decision_id, DecisionTag.position))
+_REASONS = (select(DecisionReason.decision_id, DecisionReason.type, DecisionReason.text,
+                   DecisionReason.strength)
+            .where(DecisionReason.decision_id.in_(bindparam("ids", expanding=True)))
+            .order_by(DecisionReason.decision_id, DecisionReason.position))
+
+
+def load_briefs(conn: Connection, ids: Sequence[str]) -> dict[str, Brief]:
+    """SEARCH_COLUMNS of the rows with these ids (absent ids are left out); no tags yet."""
+    if not ids:
+        return {}
+    return {row[0]: Brief(*row) for row in conn.execute(_BRIEFS, {"ids": list(ids)})}
+
+
+def add_tags(conn: Connection, briefs: Sequence[Brief]) -> None:
+    """Fill ``tag_names`` of ``briefs``, in each decision's tag order."""
+    by_id = {b.id: b for b in briefs}
+    if by_id:
+        for decision_id, tag in conn.execute(_TAGS, {"ids": list(by_id)}):
+            by_id[decision_id].tag_names.append(tag)
+
+
+def add_reasons(conn: Connection, briefs: Sequence[Brief]) -> None:
+    """Fill ``reasons`` of ``briefs`` (rows with type, text and strength), in order."""
+    by_id = {b.id: b for b in briefs}
+    if by_id:
+        for row in conn.execute(_REASONS, {"ids": list(by_id)}):
+            by_id[row.decision_id].reasons.append(row)
+
+
 async def load_decisions(
-    session: AsyncSession, ids: Sequence[str], *, reasons: bool = True
+    session: AsyncSession, ids: Sequence[str]
 ) -> dict[str, Decision]:
-    """Rows by id with every column, their tags and their reasons; with ``reasons=False``
-    (searches) only the tags and SEARCH_COLUMNS, enough for ``list_item``, ``index_metadata``
-    and announceIntent's similar decisions: reading anything else from such a row raises."""
+    """Rows by id with every column, their tags and their reasons."""
     if not ids:
         return {}
     # Tags and reasons each by ``decision_id IN (...)``: a join would let Postgres hash-join
     # against a full scan of decision_tags, which grows with the corpus.
-    loads = [selectinload(Decision.tags)]
-    if reasons:
-        loads.append(selectinload(Decision.reasons))
-    else:
-        loads.append(load_only(*SEARCH_COLUMNS, raiseload=True))
     rows = await session.scalars(
-        select(Decision).where(Decision.id.in_(list(ids))).options(*loads)
+        select(Decision).where(Decision.id.in_(list(ids)))
+        .options(selectinload(Decision.tags), selectinload(Decision.reasons))
     )
     return {row.id: row for row in rows}
 
 
-def tags_of(decision: Decision) -> list[str]:
-    return [t.tag for t in decision.tags]
+def tags_of(decision: Decision | Brief) -> list[str]:
+    return list(decision.tag_names)
 
 
-def reasons_of(decision: Decision) -> list[dict[str, Any]]:
+def reasons_of(decision: Decision | Brief) -> list[dict[str, Any]]:
     return [{"type": r.type, "text": r.text, "strength": r.strength} for r in decision.reasons]
 
 
@@ -138,7 +193,7 @@ def index_entry(d: Decision) -> IndexEntry:
     return IndexEntry(id=d.id, document=index_text(d), metadata=index_metadata(d))
 
 
-def index_metadata(d: Decision) -> dict[str, Any]:
+def index_metadata(d: Decision | Brief) -> dict[str, Any]:
     """The filterable metadata of the index entry; app.search.filters reads these keys."""
     metadata: dict[str, Any] = {
         "title": d.summary,
@@ -208,7 +263,7 @@ def wire(d: Decision, *, reviews: list[dict[str, Any]] | None = None) -> dict[st
     return out
 
 
-def list_item(d: Decision) -> dict[str, Any]:
+def list_item(d: Decision | Brief) -> dict[str, Any]:
     """The short form used by listDecisions."""
     item: dict[str, Any] = {
         "id": d.id,

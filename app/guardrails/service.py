@@ -77,7 +77,7 @@ class Staged:
     """An evaluation and the rows that store it, built but not yet written."""
 
     checked: Checked
-    row: GuardrailEvaluation
+    row: dict[str, Any]  # the guardrail_evaluations row, by column
     rule_rows: list[dict[str, Any]]
 
 
@@ -96,33 +96,34 @@ def evaluate_request(
         raise RpcError(GUARDRAIL_EVAL_FAILED, "Guardrail evaluation failed: no rule could be "
                        "evaluated for this request")
     now = ctx.services.runtime.now()
-    row = GuardrailEvaluation(
-        id=ctx.services.runtime.uuid(), agent=ctx.agent, source=source, evaluated_at=now,
-        description=request.description, category=request.category, stakes=request.stakes,
-        confidence=request.confidence, project=scope_of(request), facts=_jsonable(facts),
-        allowed=evaluation.allowed, evaluated=evaluation.evaluated,
-        violations=len(evaluation.violations), warnings=len(evaluation.warnings),
-        rule_set_version=evaluation.version,
-    )
+    evaluation_id = ctx.services.runtime.uuid()
+    row = {
+        "id": evaluation_id, "agent": ctx.agent, "source": source, "evaluated_at": now,
+        "description": request.description, "category": request.category,
+        "stakes": request.stakes, "confidence": request.confidence,
+        "project": scope_of(request), "facts": _jsonable(facts),
+        "allowed": evaluation.allowed, "evaluated": evaluation.evaluated,
+        "violations": len(evaluation.violations), "warnings": len(evaluation.warnings),
+        "rule_set_version": evaluation.version,
+    }
     messages = {r.guardrail_id: r.message for r in (*evaluation.violations, *evaluation.warnings)}
     rule_rows = [
-        {"evaluation_id": row.id, "guardrail_id": c.guardrail_id, "severity": c.severity,
+        {"evaluation_id": evaluation_id, "guardrail_id": c.guardrail_id, "severity": c.severity,
          "fired": c.fired, "message": messages.get(c.guardrail_id), "error": c.error}
         for c in evaluation.results
     ]
-    return Staged(Checked(evaluation, row.id, iso(now)), row, rule_rows)
+    return Staged(Checked(evaluation, evaluation_id, iso(now)), row, rule_rows)
 
 
 async def store(session: AsyncSession, staged: Sequence[Staged]) -> None:
-    """Write evaluations: the rows, then one executemany for all their per-rule rows (which
-    need no ORM identity afterwards)."""
+    """Write evaluations: one insert for the evaluation rows, then one for all their per-rule
+    rows. Plain Core inserts: nothing reads these rows back as ORM objects."""
     if not staged:
         return
-    session.add_all(s.row for s in staged)
-    await session.flush()
+    await session.execute(insert(GuardrailEvaluation.__table__), [s.row for s in staged])
     rule_rows = [r for s in staged for r in s.rule_rows]
     if rule_rows:
-        await session.execute(insert(GuardrailRuleResult), rule_rows)
+        await session.execute(insert(GuardrailRuleResult.__table__), rule_rows)
 
 
 async def check(

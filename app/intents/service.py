@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 import msgspec
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 
 from app.db.intents import Intent, IntentMatch
@@ -93,7 +93,8 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
             return _replay(stored, fingerprint)
     received_at = runtime.now()
     query = f"{p.intent} {p.context or ''}".strip()
-    found = await search(ctx, query, SearchFilters(category=p.category), SIMILAR_LIMIT)
+    found = await search(ctx, query, SearchFilters(category=p.category), SIMILAR_LIMIT,
+                         tags=False)
     checked = await check(
         ctx,
         Request(p.intent, p.category, p.stakes, p.confidence, p.project, p.metadata),
@@ -118,32 +119,36 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
         "respondingAgent": ctx.services.settings.agent_name,
     }
     encoded = _encoder.encode(response)
-    intent = Intent(
-        id=runtime.uuid(), correlation_id=correlation_id, agent=ctx.agent,
-        received_at=received_at, outcome="ok", intent=p.intent, context=p.context,
-        category=p.category, stakes=p.stakes, confidence=p.confidence, metadata_=p.metadata,
-        claimed_agent=msgspec.to_builtins(p.agent) if p.agent else None,
-        request_hash=fingerprint, allowed=ev.allowed, evaluation_id=checked.evaluation_id,
-        similar_found=len(found), response=encoded.decode(),
-    )
-    try:
-        async with ctx.session.begin_nested():
-            ctx.session.add(intent)
-            await ctx.session.flush()
-    except IntegrityError:
-        # A concurrent retry with the same correlationId committed first: answer as it did.
-        # (The savepoint's rollback has already taken ``intent`` out of the session.)
-        stored = await _stored(ctx, correlation_id)
-        if stored is None:
-            raise
-        return _replay(stored, fingerprint)
-    ctx.session.add_all(
-        IntentMatch(
-            intent_id=intent.id, decision_id=f.decision.id, rank=rank,
-            distance=f.distance, outcome=f.decision.outcome,
-        )
-        for rank, f in enumerate(found, start=1)
-    )
+    intent_id = runtime.uuid()
+    row = {
+        "id": intent_id, "correlation_id": correlation_id, "agent": ctx.agent,
+        "received_at": received_at, "outcome": "ok", "intent": p.intent, "context": p.context,
+        "category": p.category, "stakes": p.stakes, "confidence": p.confidence,
+        "metadata": p.metadata,
+        "claimed_agent": msgspec.to_builtins(p.agent) if p.agent else None,
+        "request_hash": fingerprint, "allowed": ev.allowed,
+        "evaluation_id": checked.evaluation_id, "similar_found": len(found),
+        "response": encoded.decode(), "error_code": None,
+    }
+    if p.correlation_id is None:
+        # A correlation id of our own making is fresh: no retry can race for it.
+        await ctx.session.execute(insert(Intent.__table__), [row])
+    else:
+        try:
+            async with ctx.session.begin_nested():
+                await ctx.session.execute(insert(Intent.__table__), [row])
+        except IntegrityError:
+            # A concurrent retry with the same correlationId committed first: answer as it did.
+            stored = await _stored(ctx, correlation_id)
+            if stored is None:
+                raise
+            return _replay(stored, fingerprint)
+    if found:
+        await ctx.session.execute(insert(IntentMatch.__table__), [
+            {"intent_id": intent_id, "decision_id": f.decision.id, "rank": rank,
+             "distance": f.distance, "outcome": f.decision.outcome}
+            for rank, f in enumerate(found, start=1)
+        ])
     return msgspec.Raw(encoded)
 
 

@@ -193,21 +193,36 @@ class VectorIndex:
 
     # ---- reads ----
 
+    def _embed_one(self, text: str) -> list[float]:
+        try:
+            return list(self._embedder.embed([text])[0])
+        except Exception as exc:
+            raise unavailable(exc) from exc
+
     async def embed_query(self, text: str) -> list[float]:
         """The query vector for ``text`` (computed in a worker thread)."""
-
-        def embed() -> list[float]:
-            try:
-                return list(self._embedder.embed([text])[0])
-            except Exception as exc:
-                raise unavailable(exc) from exc
-
-        return await self._call(embed)
+        return await self._call(lambda: self._embed_one(text))
 
     async def query(self, text: str, *, where: dict[str, Any] | None = None,
                     limit: int = 10) -> list[Hit]:
         """Nearest ``limit`` documents to ``text`` that satisfy ``where``, nearest first."""
-        return await self.query_vector(await self.embed_query(text), where=where, limit=limit)
+        return (await self.query_text(text, where=where, limit=limit))[1]
+
+    async def query_text(self, text: str, *, where: dict[str, Any] | None = None,
+                         limit: int = 10, metadata: bool = True
+                         ) -> tuple[list[float], list[Hit]]:
+        """Embed ``text`` and query with it in one trip to a worker thread; returns the
+        vector too, so a caller can query again without embedding again."""
+
+        def work() -> tuple[list[float], list[Hit]]:
+            vector = self._embed_one(text)
+            if limit < 1:
+                return vector, []
+            return vector, self._chroma.run(self._query_op(vector, where, limit, metadata))
+
+        vector, hits = await self._call(work)
+        self.stats.queries += 1
+        return vector, hits
 
     async def query_vector(self, vector: Sequence[float], *, where: dict[str, Any] | None = None,
                            limit: int = 10, metadata: bool = True) -> list[Hit]:
@@ -216,7 +231,13 @@ class VectorIndex:
         faster."""
         if limit < 1:
             return []
-        embedding = list(vector)
+        hits = await self._op(self._query_op(list(vector), where, limit, metadata))
+        self.stats.queries += 1
+        return hits
+
+    @staticmethod
+    def _query_op(embedding: list[float], where: dict[str, Any] | None, limit: int,
+                  metadata: bool) -> Callable[[Collection], list[Hit]]:
         include = ["metadatas", "distances"] if metadata else ["distances"]
 
         def op(c: Collection) -> list[Hit]:
@@ -227,9 +248,7 @@ class VectorIndex:
                     for n, (i, d) in enumerate(zip(res["ids"][0], (res["distances"] or [[]])[0]))]
             return sorted(hits, key=lambda h: (h.distance, h.id))
 
-        hits = await self._op(op)
-        self.stats.queries += 1
-        return hits
+        return op
 
     async def get_metadata(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """Stored metadata by id; ids that are not indexed are absent from the result."""

@@ -8,11 +8,13 @@ so a top-k search never loses a match (see ``search``).
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from app.db.decisions import Decision
+from sqlalchemy import Connection
+
 from app.decisions import document
 from app.rpc.context import CallContext
 from app.rpc.errors import query_failed
@@ -28,7 +30,7 @@ PROBE = 4  # a filtered search first looks this many times further, unfiltered
 
 @dataclass(frozen=True)
 class Found:
-    decision: Decision
+    decision: document.Brief
     distance: float
 
 
@@ -61,7 +63,8 @@ def to_filters(f: QueryFiltersIn | None, *, category: str | None = None) -> Sear
 
 
 async def search(
-    ctx: CallContext, text: str, filters: SearchFilters, limit: int, *, reasons: bool = False
+    ctx: CallContext, text: str, filters: SearchFilters, limit: int, *, tags: bool = True,
+    reasons: bool = False,
 ) -> list[Found]:
     """Nearest decisions satisfying every filter, nearest first. -32003 if the index fails.
 
@@ -73,49 +76,65 @@ async def search(
     decisions unfiltered and keeps those whose rows match: when that yields ``limit``
     results, or the probe saw the whole collection, they are exactly the filtered query's
     results. Otherwise it asks Chroma with the ``where`` clause, which never misses a match.
-    ``reasons`` loads each decision's reasons too.
+    ``tags`` and ``reasons`` say whether the results need each decision's tags and reasons.
     """
     index = ctx.services.index
     wanted = limit + OVERFETCH
+    where = to_where(filters)
     try:
-        vector = await index.embed_query(text)
-        where = to_where(filters)
+        # The embedding and the first query share one trip to a worker thread.
+        first = wanted if where is None else wanted * PROBE
+        vector, hits = await index.query_text(text, limit=first, metadata=False)
         if where is not None:
-            probe = await index.query_vector(vector, where=None, limit=wanted * PROBE,
-                                             metadata=False)
-            found = await _verified(ctx, probe, filters, limit, reasons)
-            if len(found) == limit or len(probe) < wanted * PROBE:
+            found = await _verified(ctx, hits, filters, limit, tags, reasons)
+            if len(found) == limit or len(hits) < first:
                 return found
-        hits = await index.query_vector(vector, where=where, limit=wanted, metadata=False)
+            hits = await index.query_vector(vector, where=where, limit=wanted, metadata=False)
     except IndexUnavailable:
         raise query_failed() from None
-    return await _verified(ctx, hits, filters, limit, reasons)
+    return await _verified(ctx, hits, filters, limit, tags, reasons)
 
 
 async def _verified(
-    ctx: CallContext, hits: list[Hit], filters: SearchFilters, limit: int, reasons: bool
+    ctx: CallContext, hits: list[Hit], filters: SearchFilters, limit: int, tags: bool,
+    reasons: bool,
 ) -> list[Found]:
     """The hits whose row in SQL (the source of truth) satisfies the filters, in order.
 
-    Rows are read nearest first, a few at a time (doubling), so the usual search reads
-    little more than the rows it returns. Read in a read transaction of its own: a write method
+    Read in a read transaction of its own (``Database.read``): a write method
     (announceIntent) must not hold the SQLite write lock while it searches."""
+    return await ctx.services.db.read(
+        functools.partial(_read_verified, hits=hits, filters=filters, limit=limit, tags=tags,
+                          reasons=reasons))
+
+
+def _read_verified(conn: Connection, *, hits: list[Hit], filters: SearchFilters, limit: int,
+                   tags: bool, reasons: bool) -> list[Found]:
+    """Rows are read as plain column values (``document.Brief``). Unfiltered, nearly every
+    hit is kept, so rows are read ``limit`` at a time (doubling); filtered, the whole list is
+    read at once, one statement instead of several. Tags are read before the check only when
+    a filter needs them, else only for the results."""
     found: list[Found] = []
-    # A filter drops some of the nearest hits: start with three times as many rows then.
-    start, chunk = 0, max(1, limit if to_where(filters) is None else 3 * limit)
-    async with ctx.services.db.transaction(write=False) as session:
-        while start < len(hits) and len(found) < limit:
-            batch = hits[start:start + chunk]
-            start, chunk = start + chunk, chunk * 2
-            rows = await document.load_decisions(session, [h.id for h in batch],
-                                                 reasons=reasons)
-            for hit in batch:
-                row = rows.get(hit.id)
-                if row is None or not matches(filters, document.index_metadata(row)):
-                    continue
-                found.append(Found(row, max(0.0, hit.distance)))
-                if len(found) == limit:
-                    break
+    filtered = not filters.is_empty()
+    start, chunk = 0, max(1, len(hits) if filtered else limit)
+    while start < len(hits) and len(found) < limit:
+        batch = hits[start:start + chunk]
+        start, chunk = start + chunk, chunk * 2
+        rows = document.load_briefs(conn, [h.id for h in batch])
+        if filters.tags:
+            document.add_tags(conn, list(rows.values()))
+        for hit in batch:
+            row = rows.get(hit.id)
+            if row is None or (filtered and not matches(filters, document.index_metadata(row))):
+                continue
+            found.append(Found(row, max(0.0, hit.distance)))
+            if len(found) == limit:
+                break
+    briefs = [f.decision for f in found]
+    if tags and not filters.tags:
+        document.add_tags(conn, briefs)
+    if reasons:
+        document.add_reasons(conn, briefs)
     return found
 
 
