@@ -6,7 +6,8 @@ transactions start with ``BEGIN IMMEDIATE`` and are serialised in-process by an 
 taken just before a transaction's first statement, so concurrent writers queue fairly instead
 of failing with "database is locked" when a deferred transaction tries to upgrade its lock.
 Reads use a second engine with plain ``BEGIN`` so they never wait for a writer (WAL readers
-see the last commit).
+see the last commit); ``Database.read`` runs short Core reads on a third, synchronous engine
+on the event loop's thread.
 """
 
 from __future__ import annotations
