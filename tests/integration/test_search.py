@@ -282,7 +282,7 @@ def check_result(result: dict[str, Any], expected: set[str], label: str) -> None
         assert item["date"] == iso(d.created_at)
         assert item["title"] == d.text
         assert item.get("outcome") == d.outcome
-        assert sorted(item.get("tags") or []) == sorted(d.tags)
+        assert item.get("tags", []) == d.tags, "tags in the order they were recorded"
         assert "reasons" not in item
 
 
