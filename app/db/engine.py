@@ -136,11 +136,11 @@ class Database:
                     max_overflow=8, connect_args={"check_same_thread": False})
                 _set_up_sqlite(self._loop_reads, "BEGIN", busy_ms=5_000)
         else:
-            # asyncpg prepares every statement and keeps it per connection, and Postgres then
-            # switches a prepared statement to a generic plan made with the statistics of
-            # that moment: a search first run at 1,000 decisions kept a plan for 1,000
-            # (sequential scans) after the table grew to 10,000, several times slower than
-            # a fresh server's. Custom plans are made per execution, with current statistics.
+            # asyncpg prepares every statement and keeps it per connection, and Postgres may
+            # then keep a generic plan made with the statistics of that moment. A server that
+            # had run its searches at 1,000 decisions ran them 2-3x slower once the tables
+            # held 10,000, while a fresh server on the same data did not (docs/PERFORMANCE.md).
+            # Custom plans are made per execution, with the statistics of the day.
             self.write_engine = create_async_engine(
                 url, pool_size=10, max_overflow=10, pool_pre_ping=True,
                 connect_args={"server_settings": {"plan_cache_mode": "force_custom_plan"}},
