@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -42,18 +42,9 @@ def relative_path(decision: Decision) -> str:
     )
 
 
-# What a search reads of a row, in ``Brief`` field order.
-SEARCH_COLUMNS = (
-    Decision.id, Decision.summary, Decision.category, Decision.confidence, Decision.stakes,
-    Decision.status, Decision.created_at, Decision.recorded_by, Decision.project,
-    Decision.feature, Decision.pr, Decision.outcome, Decision.actual_result, Decision.lessons,
-    Decision.review_notes,
-)
-
-
 @dataclass(slots=True)
 class Brief:
-    """A decision as a search reads it: SEARCH_COLUMNS as plain values (no ORM object to build
+    """A decision as a search reads it: these columns as plain values (no ORM object to build
     or track), then its tags and reasons when the search asked for them. ``list_item``,
     ``index_metadata`` and ``reasons_of`` read it like a ``Decision``."""
 
@@ -75,6 +66,10 @@ class Brief:
     tag_names: list[str] = field(default_factory=list)
     reasons: list[Any] = field(default_factory=list)
 
+
+# What a search reads of a row: the columns named by Brief's fields, in that order.
+SEARCH_COLUMNS = tuple(getattr(Decision, f.name) for f in fields(Brief)
+                       if f.name not in ("tag_names", "reasons"))
 
 # Built once: building a statement (and its cache key) costs more than running it here.
 _BRIEFS = select(*SEARCH_COLUMNS).where(Decision.id.in_(bindparam("ids", expanding=True)))

@@ -115,8 +115,7 @@ class Relay:
             if not batch:
                 continue
             try:
-                async with self.db.transaction(write=True) as session:
-                    await self._record_results(session, *batch)
+                await self._settle(*batch)
             except Exception:
                 log.exception("could not record outbox results; leases will expire and retry")
 
