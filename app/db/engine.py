@@ -173,17 +173,24 @@ class Database:
             async with self._session(write=write) as session:
                 yield session
 
-    async def read(self, work: Callable[[Connection], T]) -> T:
+    async def read(self, work: Callable[[Connection], T],
+                   session: AsyncSession | None = None) -> T:
         """Run ``work`` (Core statements on a plain connection) in one read transaction.
 
         On SQLite ``work`` runs right here, on the event loop's thread, through the standard
         ``sqlite3`` driver: a search's few indexed reads take a fraction of a millisecond
         there, less than the thread hand-offs aiosqlite needs for each statement. So ``work``
-        must be a few short indexed queries. On Postgres it runs on an asyncpg connection.
+        must be a few short indexed queries; a write session is never used for it, so a
+        search never holds the write lock. On Postgres it runs on an asyncpg connection: the
+        caller's ``session`` when given (its transaction sees the same committed rows, and a
+        second connection would cost a checkout with its ping, a BEGIN and a COMMIT: five
+        round trips), else one of its own.
         """
         if self._loop_reads is not None:
             with self._loop_reads.connect() as conn, conn.begin():
                 return work(conn)
+        if session is not None and not self.is_sqlite:
+            return await session.run_sync(lambda sync_session: work(sync_session.connection()))
         async with self.read_engine.connect() as conn:
             async with conn.begin():
                 return await conn.run_sync(work)

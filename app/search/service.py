@@ -101,11 +101,13 @@ async def _verified(
 ) -> list[Found]:
     """The hits whose row in SQL (the source of truth) satisfies the filters, in order.
 
-    Read in a read transaction of its own (``Database.read``): a write method
-    (announceIntent) must not hold the SQLite write lock while it searches."""
+    Read by ``Database.read``: on SQLite in a read transaction of its own (a write method,
+    announceIntent, must not hold the write lock while it searches), on Postgres in the
+    call's own transaction (fewer round trips)."""
     return await ctx.services.db.read(
         functools.partial(_read_verified, hits=hits, filters=filters, limit=limit, tags=tags,
-                          reasons=reasons))
+                          reasons=reasons),
+        session=ctx.session)
 
 
 def _read_verified(conn: Connection, *, hits: list[Hit], filters: SearchFilters, limit: int,
