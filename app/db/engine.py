@@ -175,7 +175,7 @@ class Database:
 
     async def read(self, work: Callable[[Connection], T],
                    session: AsyncSession | None = None) -> T:
-        """Run ``work`` (Core statements on a plain connection) in one read transaction.
+        """Run ``work`` (Core statements on a plain connection) in one transaction.
 
         On SQLite ``work`` runs right here, on the event loop's thread, through the standard
         ``sqlite3`` driver: a search's few indexed reads take a fraction of a millisecond

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 from conftest import TOKENS, Rpc, copy_database, serve_app
 
 from app.asgi import create_app
@@ -563,3 +564,32 @@ async def test_a_rare_filter_match_beyond_the_unfiltered_probe_is_found(rpc: Rpc
                                                       "limit": probe})
     assert len(unfiltered["decisions"]) == probe
     assert far["id"] not in [d["id"] for d in unfiltered["decisions"]]
+
+
+class _RolledBack(Exception):
+    pass
+
+
+async def test_search_reads_beside_the_write_on_sqlite_and_within_it_on_postgres(
+    rpc: Rpc, services: Any, seed_decision: dict[str, Any]
+) -> None:
+    """``Database.read`` (a search's read of its hits) given the call's write session: on
+    SQLite it reads in a transaction of its own, so a search never holds the write lock and
+    does not see the call's uncommitted change; on Postgres it reads in the call's own
+    transaction (one connection instead of two) and sees it."""
+    recorded = await rpc.ok("cstp.recordDecision", seed_decision)
+    db = services.db
+
+    def summary(conn: Any) -> str:
+        return str(conn.execute(text("SELECT summary FROM decisions WHERE id = :id"),
+                                {"id": recorded["id"]}).scalar_one())
+
+    seen = None
+    with pytest.raises(_RolledBack):
+        async with db.transaction(write=True) as session:
+            await session.execute(text("UPDATE decisions SET summary = 'changed' WHERE id = :id"),
+                                  {"id": recorded["id"]})
+            seen = await db.read(summary, session=session)
+            raise _RolledBack
+    assert seen == ("changed" if not db.is_sqlite else seed_decision["decision"])
+    assert await db.read(summary) == seed_decision["decision"]  # the change was rolled back
