@@ -3,10 +3,11 @@
 A focused probe, not the benchmark: it starts the real server (``cstp serve``) on a free
 127.0.0.1 port with an empty, fresh data directory (SQLite), sends warm-up calls and then
 ``--calls`` recordDecision calls from ``--clients`` concurrent clients (the harness's own
-client and generator), and reports, for the measured calls only:
+client and generator), and reports:
 
-- ok/s, errors by kind, latency p50/p99;
-- the server's CPU time per call (all its threads, from ``/proc``), and the harness's own;
+- for the measured calls: ok/s, errors by kind, latency p50/p99;
+- over the warm-up and the measured calls together: the server's CPU time per call (all its
+  threads alive at the end, from ``/proc``) and the harness's own;
 - how much of the machine stayed idle (``/proc/stat``);
 - how busy each of the server's threads was (share of one core), the event loop's thread
   (the process's main thread) named as such.

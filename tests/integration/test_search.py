@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import text
 from conftest import TOKENS, Rpc, copy_database, serve_app
+from sqlalchemy import text
 
 from app.asgi import create_app
 from app.config import Settings, parse_rate_limits
