@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from conftest import TOKENS, Rpc, copy_database, serve_app
-from sqlalchemy import text
+from sqlalchemy import text as sql
 
 from app.asgi import create_app
 from app.config import Settings, parse_rate_limits
@@ -581,13 +581,13 @@ async def test_search_reads_beside_the_write_on_sqlite_and_within_it_on_postgres
     db = services.db
 
     def summary(conn: Any) -> str:
-        return str(conn.execute(text("SELECT summary FROM decisions WHERE id = :id"),
+        return str(conn.execute(sql("SELECT summary FROM decisions WHERE id = :id"),
                                 {"id": recorded["id"]}).scalar_one())
 
     seen = None
     with pytest.raises(_RolledBack):
         async with db.transaction(write=True) as session:
-            await session.execute(text("UPDATE decisions SET summary = 'changed' WHERE id = :id"),
+            await session.execute(sql("UPDATE decisions SET summary = 'changed' WHERE id = :id"),
                                   {"id": recorded["id"]})
             seen = await db.read(summary, session=session)
             raise _RolledBack
