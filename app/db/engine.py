@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine, AsyncSession, AsyncSessionTransaction, async_sessionmaker, create_async_engine,
 )
@@ -31,6 +32,23 @@ def _sqlite_engine(url: str, begin: str) -> AsyncEngine:
     )
     _set_up_sqlite(engine.sync_engine, begin, busy_ms=30_000)
     return engine
+
+
+def _replace_closed_connections(engine: AsyncEngine) -> None:
+    """A pooled Postgres connection that the server closed (a restart, ``pg_terminate_backend``)
+    is replaced when it is checked out, instead of failing the call that gets it.
+
+    asyncpg learns of the close from the event loop as soon as the server's goodbye arrives,
+    so asking the connection costs nothing; ``pool_pre_ping`` would instead send a BEGIN, a
+    ``;`` and a ROLLBACK to the server at every checkout. What neither can see is a close that
+    happens after the checkout: that call fails with a storage error, and SQLAlchemy then
+    renews the whole pool."""
+
+    @event.listens_for(engine.sync_engine, "checkout")
+    def _on_checkout(_dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        driver = record.driver_connection
+        if driver is None or driver.is_closed():
+            raise DisconnectionError("the database server closed this connection")  # retried
 
 
 def _set_up_sqlite(engine: Engine, begin: str, *, busy_ms: int) -> None:
@@ -142,9 +160,10 @@ class Database:
             # held 10,000, while a fresh server on the same data did not (docs/PERFORMANCE.md).
             # Custom plans are made per execution, with the statistics of the day.
             self.write_engine = create_async_engine(
-                url, pool_size=10, max_overflow=10, pool_pre_ping=True,
+                url, pool_size=10, max_overflow=10,
                 connect_args={"server_settings": {"plan_cache_mode": "force_custom_plan"}},
             )
+            _replace_closed_connections(self.write_engine)
             self.read_engine = self.write_engine
             self._loop_reads = None
         self._write_sessions = async_sessionmaker(
@@ -183,8 +202,7 @@ class Database:
         must be a few short indexed queries; a write session is never used for it, so a
         search never holds the write lock. On Postgres it runs on an asyncpg connection: the
         caller's ``session`` when given (its transaction sees the same committed rows, and a
-        second connection would cost a checkout with its ping, a BEGIN and a COMMIT: five
-        round trips), else one of its own.
+        second connection would cost a checkout, a BEGIN and a COMMIT), else one of its own.
         """
         if self._loop_reads is not None:
             with self._loop_reads.connect() as conn, conn.begin():

@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from conftest import USE_PG, ChromaServer, serve_app, wait_until_up
+from conftest import USE_PG, ChromaServer, Rpc, run_sql, serve_app, wait_until_up
 from sqlalchemy import func, select, update
 
 from app.asgi import create_app
@@ -584,3 +584,38 @@ async def test_drain_does_not_take_events_another_relay_is_working_on(
         assert not twice, f"{len(twice)} event(s) handled by both relays, e.g. {twice[:5]}"
         # A held its first claim (200); B took the 100 that were due, and only those
         assert (len(a.handled), len(b.handled)) == (200, 100)
+
+
+@PG_ONLY
+async def test_calls_succeed_after_postgres_closed_the_servers_connections(
+    settings: Settings, embedder: Embedder, seed_decision: dict[str, Any]
+) -> None:
+    """Postgres restarting (or an operator's ``pg_terminate_backend``) closes every pooled
+    connection of the server. Once that has happened, the next calls of every kind get fresh
+    connections instead of failing. (No background relay here: its own pass would otherwise
+    be the first to meet a closed connection.)"""
+    intent = {"intent": "Cache sessions in Redis", "category": "architecture",
+              "stakes": "medium", "confidence": 0.7}
+    app = create_app(replace(settings, relay_enabled=False), embedder=embedder)
+    async with serve_app(app) as client:
+        rpc = Rpc(client)
+        # several pooled connections at once, so more than one is closed under the server
+        # (announcements only: a recorded decision's outbox bookkeeping would run in a
+        # transaction of its own in the background and meet a closed connection first)
+        await asyncio.gather(*(rpc.ok("cstp.announceIntent", intent) for _ in range(4)))
+        closed = await run_sql(
+            settings.database_url,
+            "SELECT pg_terminate_backend(pid) AS closed FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        assert len(closed) >= 2 and all(row["closed"] for row in closed), closed
+        await asyncio.sleep(0.5)  # a restart takes longer than this; the server sees the closes
+        for _ in range(3):  # more calls than one connection: each pooled one is replaced
+            results = await asyncio.gather(
+                rpc.ok("cstp.announceIntent", intent),
+                rpc.ok("cstp.recordDecision", seed_decision),
+                rpc.ok("cstp.queryDecisions", {"query": "session cache"}),
+                rpc.ok("cstp.checkGuardrails", {"action": {"description": "Cache sessions"}}))
+            assert results[0]["received"] is True and results[1]["success"] is True
+            assert isinstance(results[2]["decisions"], list) and "allowed" in results[3]
+        found = await rpc.ok("cstp.queryDecisions", {"query": seed_decision["decision"]})
+        assert found["total"] == 3  # the decision recorded once per round
