@@ -1,10 +1,12 @@
 """Engines and transactions for SQLite and Postgres.
 
 SQLite is set up to behave like Postgres where it matters: foreign keys on, WAL, and explicit
-``BEGIN`` statements issued by SQLAlchemy instead of the driver's implicit ones. Write
-transactions start with ``BEGIN IMMEDIATE`` and are serialised in-process by an asyncio lock,
-taken just before a transaction's first statement, so concurrent writers queue fairly instead
-of failing with "database is locked" when a deferred transaction tries to upgrade its lock.
+``BEGIN`` statements issued by SQLAlchemy instead of the driver's implicit ones. Its async
+engines run on aiosqlite, with a cursor that needs one thread hand-off per statement
+(``sqlite_driver``). Write transactions start with ``BEGIN IMMEDIATE`` and are serialised
+in-process by an asyncio lock, taken just before a transaction's first statement, so
+concurrent writers queue fairly instead of failing with "database is locked" when a deferred
+transaction tries to upgrade its lock.
 Reads use a second engine with plain ``BEGIN`` so they never wait for a writer (WAL readers
 see the last commit); ``Database.read`` runs short Core reads on a third, synchronous engine
 on the event loop's thread.
@@ -23,12 +25,15 @@ from sqlalchemy.ext.asyncio import (
     AsyncEngine, AsyncSession, AsyncSessionTransaction, async_sessionmaker, create_async_engine,
 )
 
+from . import sqlite_driver
+
 T = TypeVar("T")
 
 
 def _sqlite_engine(url: str, begin: str) -> AsyncEngine:
     engine = create_async_engine(
-        url, pool_size=8, max_overflow=8, connect_args={"timeout": 30}, pool_pre_ping=False
+        url, pool_size=8, max_overflow=8, connect_args={"timeout": 30}, pool_pre_ping=False,
+        module=sqlite_driver.dbapi(),
     )
     _set_up_sqlite(engine.sync_engine, begin, busy_ms=30_000)
     return engine
@@ -198,7 +203,7 @@ class Database:
 
         On SQLite ``work`` runs right here, on the event loop's thread, through the standard
         ``sqlite3`` driver: a search's few indexed reads take a fraction of a millisecond
-        there, less than the thread hand-offs aiosqlite needs for each statement. So ``work``
+        there, less than a thread hand-off to aiosqlite's worker for each statement. So ``work``
         must be a few short indexed queries; a write session is never used for it, so a
         search never holds the write lock. On Postgres it runs on an asyncpg connection: the
         caller's ``session`` when given (its transaction sees the same committed rows, and a
