@@ -98,10 +98,10 @@ class OnnxMiniLMEmbedder:
         the rest of the server.
 
         With more than one thread, onnxruntime's worker threads spin between the operators of a
-        run (which keeps a run fast) and by default go on spinning after it, burning a core
-        while nothing is left to do. They stop at the end of each run here
-        (``session.force_spinning_stop``): the same latency, ~5 ms less CPU per query
-        embedding on the 2-core target (docs/PERFORMANCE.md).
+        run (which keeps a run fast) and by default go on spinning after it, with nothing left
+        to do (45-58 ms of CPU in the 200 ms after a query's embedding, on the 2-core target).
+        They stop at the end of each run here (``session.force_spinning_stop``), with the same
+        latency (docs/PERFORMANCE.md, history item 10).
         """
         model_path, tokenizer_path = Path(model_path), Path(tokenizer_path)
         _verify(model_path, model_sha256, "model file")
