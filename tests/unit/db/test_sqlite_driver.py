@@ -63,8 +63,8 @@ async def test_rows_ids_and_counts_are_what_sqlite_reports(db: Database) -> None
                               ("single", 0), ("back", 7)]
         result = await session.execute(select(items.c.id).where(items.c.name == "nobody"))
         assert result.first() is None
-        streamed = await session.execute(text("SELECT name FROM items ORDER BY id LIMIT 2"))
-        assert [r.name for r in streamed] == ["n0", "n1"]
+        raw_sql = await session.execute(text("SELECT name FROM items ORDER BY id LIMIT 2"))
+        assert [r.name for r in raw_sql] == ["n0", "n1"]
 
 
 async def test_a_failing_statement_raises_and_rolls_back_the_transaction(db: Database) -> None:
