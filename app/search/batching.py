@@ -128,7 +128,10 @@ class WriteBatcher:
             future: asyncio.Future[None] = loop.create_future()
             self._to_prepare.append((text, future))
             waits.append(future)
-        if len(self._preparers) < PREPARE_WORKERS:
+        # A worker that has returned stays in the set until its done-callback runs, in a
+        # later turn of the loop; it would never see the texts queued now, so count only the
+        # running ones (a running worker checks the queue again before it returns).
+        if sum(not task.done() for task in self._preparers) < PREPARE_WORKERS:
             task = loop.create_task(self._prepare_loop())
             self._preparers.add(task)
             task.add_done_callback(self._preparers.discard)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,38 @@ async def test_http_index_survives_server_outages(
         await index.ping()
     finally:
         await index.aclose()
+
+
+
+async def test_a_text_prepared_as_the_workers_finish_is_still_embedded(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    """A text handed to ``prepare`` in the same turn of the event loop in which both
+    embedding workers finish (their last texts done, nothing else queued) must start a
+    worker: a finished worker is no longer one that will pick it up. This is the order of
+    events under load, when a blocking call held the loop while both workers finished."""
+    gate = threading.Event()
+
+    class Gated:
+        model_id = "gated"
+
+        def embed(self, texts: Sequence[str]) -> list[list[float]]:
+            gate.wait(10)
+            return embedder.embed(texts)
+
+    idx = VectorIndex.embedded(tmp_path / "chroma", Gated())  # type: ignore[arg-type]
+    try:
+        first = asyncio.ensure_future(idx.prepare(["first text"]))
+        second = asyncio.ensure_future(idx.prepare(["second text"]))
+        await asyncio.sleep(0.1)  # both workers are now waiting in their threads
+        gate.set()
+        time.sleep(0.5)  # the loop is held while both workers' threads finish
+        late: list[asyncio.Future[None]] = []
+        # Runs after the threads' completions are delivered, so in the turn in which both
+        # workers end; its prepare() looks for a worker in the turn after that.
+        asyncio.get_running_loop().call_soon(
+            lambda: late.append(asyncio.ensure_future(idx.prepare(["late text"]))))
+        await asyncio.wait_for(asyncio.gather(first, second), timeout=10)
+        await asyncio.wait_for(late[0], timeout=10)
+    finally:
+        await idx.aclose()
