@@ -7,12 +7,13 @@ and checkGuardrails; nothing is computed twice here.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from typing import Any
 
 import msgspec
-from sqlalchemy import insert, select
+from sqlalchemy import Connection, Row, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from app.db.intents import Intent, IntentMatch
@@ -64,17 +65,30 @@ def similar_item(found: Found) -> dict[str, Any]:
     return item
 
 
-async def _stored(ctx: CallContext, correlation_id: str) -> Intent | None:
-    return await ctx.session.scalar(
-        select(Intent).where(
-            Intent.agent == ctx.agent,
-            Intent.correlation_id == correlation_id,
-            Intent.outcome == "ok",
-        )
-    )
+_STORED = (Intent.id, Intent.correlation_id, Intent.request_hash, Intent.response,
+           Intent.similar_found, Intent.allowed)
 
 
-def _replay(stored: Intent, fingerprint: str) -> msgspec.Raw:
+def _read_stored(conn: Connection, *, agent: str, correlation_id: str) -> Row[Any] | None:
+    return conn.execute(select(*_STORED).where(
+        Intent.agent == agent, Intent.correlation_id == correlation_id, Intent.outcome == "ok",
+    )).first()
+
+
+async def _stored(ctx: CallContext, correlation_id: str, *, in_call: bool = True
+                  ) -> Row[Any] | None:
+    """This agent's successful announcement with ``correlation_id``, if any (one indexed read).
+
+    Read by ``Database.read``: on SQLite on a read connection, so announceIntent does not take
+    the write lock before its search; on Postgres in the call's own transaction, or with
+    ``in_call=False`` in a short one of its own, for a caller that goes on to wait for other
+    transactions (recordDecision waits for the group writer, which needs a connection of
+    the same pool)."""
+    work = functools.partial(_read_stored, agent=ctx.agent, correlation_id=correlation_id)
+    return await ctx.services.db.read(work, session=ctx.session if in_call else None)
+
+
+def _replay(stored: Row[Any], fingerprint: str) -> msgspec.Raw:
     if stored.request_hash != fingerprint or stored.response is None:
         raise RpcError(
             CONFLICT, "Conflict: this correlationId was already used for a different intent",
@@ -194,6 +208,8 @@ def _storable(value: Any) -> Any:
     return value
 
 
-async def intent_for_decision(ctx: CallContext, correlation_id: str) -> Intent | None:
-    """The successful announcement of this agent with ``correlation_id``, if any."""
-    return await _stored(ctx, correlation_id)
+async def intent_for_decision(ctx: CallContext, correlation_id: str) -> Row[Any] | None:
+    """The successful announcement of this agent with ``correlation_id``, if any: its
+    ``id``, ``similar_found`` and ``allowed``. Read in a transaction of its own, which ends
+    before the decision's rows are handed to the group writer."""
+    return await _stored(ctx, correlation_id, in_call=False)

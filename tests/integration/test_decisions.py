@@ -460,6 +460,30 @@ async def test_fifty_concurrent_records(
     assert {s for _k, _d, s in await outbox_rows(client)} == {"done"}
 
 
+async def test_more_concurrent_linked_records_than_database_connections(
+    rpc: Any, services: Any
+) -> None:
+    """Records that name their announced intent look the intent up first. That lookup must
+    not keep a database connection while the call waits for its rows to be committed: on
+    Postgres 30 such calls at once (more than the pool's 20 connections) would otherwise
+    leave the group writer no connection to commit with, and stall until the pool's
+    30 s checkout timeout."""
+    n = 30
+    for i in range(n):
+        await rpc.ok("cstp.announceIntent", {"intent": f"Cache layer {i} for the search API",
+                                             "correlationId": f"linked-{i}"})
+    answers = await asyncio.wait_for(asyncio.gather(*(
+        rpc.call("cstp.recordDecision",
+                 simple(f"Add cache layer {i} to the search API", correlationId=f"linked-{i}"))
+        for i in range(n))), timeout=20)
+    assert all("result" in a for a in answers), [a for a in answers if "result" not in a]
+    ids = [a["result"]["id"] for a in answers]
+    assert len(set(ids)) == n
+    for i, decision_id in enumerate(ids):
+        decision = (await rpc.ok("cstp.getDecision", {"id": decision_id}))["decision"]
+        assert decision["decision"] == f"Add cache layer {i} to the search API"
+
+
 # ---------------------------------------------------------------- 6. vector index outage
 
 

@@ -364,6 +364,34 @@ async def test_concurrent_retries_get_one_answer_and_one_row(rpc: Rpc, db: Async
     assert [i.outcome for i in stored] == ["ok"]
 
 
+async def test_an_announcement_with_a_correlation_id_holds_no_writer_up_while_it_searches(
+    rpc: Rpc, services: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Looking up a correlationId for a safe retry is a read: while the announcement then
+    searches (the embedding, the index), a decision recorded meanwhile is committed and
+    answered. (On SQLite the lookup once ran on the call's write session and took the
+    database's write lock for the rest of the call, search included.)"""
+    searching, release = asyncio.Event(), asyncio.Event()
+    query_text = services.index.query_text
+
+    async def slow_search(*args: Any, **kwargs: Any) -> Any:
+        searching.set()
+        await release.wait()
+        return await query_text(*args, **kwargs)
+
+    monkeypatch.setattr(services.index, "query_text", slow_search)
+    announcing = asyncio.ensure_future(
+        rpc.ok(ANNOUNCE, {"intent": "Add a cache", "correlationId": "slow-1"}))
+    try:
+        await asyncio.wait_for(searching.wait(), timeout=10)
+        recorded = await asyncio.wait_for(
+            rpc.ok("cstp.recordDecision", decision("Use Redis for the cache")), timeout=10)
+        assert recorded["success"] is True
+    finally:
+        release.set()
+    assert (await asyncio.wait_for(announcing, timeout=10))["correlationId"] == "slow-1"
+
+
 async def test_same_correlation_id_for_a_different_intent_is_a_conflict(
     rpc: Rpc, db: AsyncEngine
 ) -> None:
