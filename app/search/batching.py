@@ -144,17 +144,19 @@ class WriteBatcher:
             texts = list(dict.fromkeys(text for text, _ in work))
             try:
                 vectors = await asyncio.to_thread(self._embed_many, texts)
-            except Exception:  # noqa: BLE001 - upsert will embed (and report) by itself
-                logger.debug("prepare failed", exc_info=True)
-            else:
                 with self._lock:
                     for text, vector in zip(texts, vectors, strict=True):
                         self._prepared[text] = list(vector)
                     while len(self._prepared) > PREPARED_LIMIT:
                         self._prepared.popitem(last=False)
-            for _, future in work:
-                if not future.done():
-                    future.set_result(None)
+            except Exception:  # noqa: BLE001 - upsert will embed (and report) by itself
+                logger.debug("prepare failed", exc_info=True)
+            finally:
+                # Whatever happened (cancelled too), the callers go on; their records wait
+                # for these futures.
+                for _, future in work:
+                    if not future.done():
+                        future.set_result(None)
 
     def vectors_for(self, documents: list[str]) -> list[list[float]]:
         """Prepared vectors where there are some, one embedding batch for the rest."""

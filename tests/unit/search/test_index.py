@@ -223,7 +223,8 @@ async def test_a_text_prepared_as_the_workers_finish_is_still_embedded(
         second = asyncio.ensure_future(idx.prepare(["second text"]))
         await asyncio.sleep(0.1)  # both workers are now waiting in their threads
         gate.set()
-        time.sleep(0.5)  # the loop is held while both workers' threads finish
+        time.sleep(0.5)  # noqa: ASYNC251 - on purpose: the loop is held while both workers'
+        # threads finish, as a blocking call (a Chroma upsert) holds it in the server
         late: list[asyncio.Future[None]] = []
         # Runs after the threads' completions are delivered, so in the turn in which both
         # workers end; its prepare() looks for a worker in the turn after that.
@@ -231,5 +232,25 @@ async def test_a_text_prepared_as_the_workers_finish_is_still_embedded(
             lambda: late.append(asyncio.ensure_future(idx.prepare(["late text"]))))
         await asyncio.wait_for(asyncio.gather(first, second), timeout=10)
         await asyncio.wait_for(late[0], timeout=10)
+    finally:
+        await idx.aclose()
+
+
+async def test_prepare_returns_even_when_the_embedder_answers_wrongly(
+    tmp_path: Path
+) -> None:
+    """``prepare`` never leaves a caller waiting: an embedder that returns the wrong number of
+    vectors (here none) fails the preparation, which the later upsert then does itself."""
+
+    class NoVectors:
+        model_id = "no-vectors"
+
+        def embed(self, texts: Sequence[str]) -> list[list[float]]:
+            return []
+
+    idx = VectorIndex.embedded(tmp_path / "chroma", NoVectors())  # type: ignore[arg-type]
+    try:
+        await asyncio.wait_for(idx.prepare(["a text"]), timeout=10)
+        await asyncio.wait_for(idx.prepare(["another text"]), timeout=10)
     finally:
         await idx.aclose()
