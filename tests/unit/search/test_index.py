@@ -200,7 +200,6 @@ async def test_http_index_survives_server_outages(
         await index.aclose()
 
 
-
 async def test_a_text_prepared_as_the_workers_finish_is_still_embedded(
     tmp_path: Path, embedder: Embedder
 ) -> None:
@@ -226,8 +225,9 @@ async def test_a_text_prepared_as_the_workers_finish_is_still_embedded(
         time.sleep(0.5)  # noqa: ASYNC251 - on purpose: the loop is held while both workers'
         # threads finish, as a blocking call (a Chroma upsert) holds it in the server
         late: list[asyncio.Future[None]] = []
-        # Runs after the threads' completions are delivered, so in the turn in which both
-        # workers end; its prepare() looks for a worker in the turn after that.
+        # Runs in the turn that delivers both threads' results, after them: the workers end
+        # in the next turn, and this prepare() looks for a worker in that same turn, just
+        # after they have ended (and before their done-callbacks have run).
         asyncio.get_running_loop().call_soon(
             lambda: late.append(asyncio.ensure_future(idx.prepare(["late text"]))))
         await asyncio.wait_for(asyncio.gather(first, second), timeout=10)
