@@ -219,7 +219,9 @@ def export_tree() -> None:
 @main.command("import")
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
 def import_tree_command(directory: Path) -> None:
-    """Load a tree of decision YAML files into the database (idempotent), then index them."""
+    """Load a tree of decision YAML files into the database (idempotent), then index them.
+
+    Exits 1 when a file could not be imported or an event is left to retry."""
     from .decisions.importer import import_tree
 
     async def work(services: Any) -> Any:
@@ -240,6 +242,8 @@ def import_tree_command(directory: Path) -> None:
         f"failed {len(report.failed)}; indexed and exported: {stats.done} event(s), "
         f"{stats.failed} to retry"
     )
+    if report.failed or stats.failed:
+        sys.exit(1)
 
 
 @main.command("reindex")

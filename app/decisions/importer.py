@@ -9,6 +9,8 @@ get their YAML export and index entry through the outbox, like any other write.
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
 
 from app.db.decisions import Decision, DecisionReason, DecisionReview, DecisionTag
 
@@ -25,6 +28,8 @@ from .document import summarize
 
 if TYPE_CHECKING:
     from app.services import Services
+
+log = logging.getLogger("cstp.import")
 
 Progress = Callable[[int, int], None]
 BATCH = 200
@@ -36,6 +41,7 @@ REASON_TYPES = {
 }
 MENTAL_STATES = {"deliberate", "reactive", "exploratory", "habitual", "pressured"}
 HEX_ID = re.compile(r"^[0-9a-f]{8}$")
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 
 class Unreadable(Exception):
@@ -54,11 +60,18 @@ def find_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.suffix in {".yaml", ".yml"} and p.is_file())
 
 
+def _utc(value: datetime, key: str) -> datetime:
+    try:
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00 is before the first UTC instant
+        raise Unreadable(f"{key}: out of range") from None
+
+
 def _when(value: Any, key: str) -> datetime | None:
     if value is None:
         return None
     if isinstance(value, datetime):
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        return _utc(value, key)
     if isinstance(value, date):
         return datetime(value.year, value.month, value.day, tzinfo=UTC)
     if isinstance(value, str):
@@ -66,16 +79,26 @@ def _when(value: Any, key: str) -> datetime | None:
             parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
         except ValueError:
             raise Unreadable(f"{key}: not an ISO-8601 date or timestamp") from None
-        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+        return _utc(parsed, key)
     raise Unreadable(f"{key}: not a date")
 
 
-def _text(data: dict[str, Any], key: str) -> str | None:
+def _checked(value: str, key: str, limit: int | None) -> str:
+    """Text as both databases can store it: no NUL character (Postgres refuses it), and no
+    longer than its column."""
+    if "\x00" in value:
+        raise Unreadable(f"{key}: holds a NUL character")
+    if limit is not None and len(value) > limit:
+        raise Unreadable(f"{key}: longer than {limit} characters")
+    return value
+
+
+def _text(data: dict[str, Any], key: str, limit: int | None = None) -> str | None:
     value = data.get(key)
     if value is None:
         return None
     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-        return str(value)
+        return _checked(str(value), key, limit)
     raise Unreadable(f"{key}: must be text")
 
 
@@ -85,7 +108,44 @@ def _int(data: dict[str, Any], key: str) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise Unreadable(f"{key}: must be a whole number")
+    if not INT32_MIN <= value <= INT32_MAX:
+        raise Unreadable(f"{key}: out of range")
     return value
+
+
+def _list(data: dict[str, Any], key: str) -> list[Any]:
+    value = data.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise Unreadable(f"{key}: must be a list")
+    return value
+
+
+def _scalars(data: dict[str, Any], key: str, limit: int | None = None) -> list[str]:
+    """A list of plain values (text, numbers), as text; a lone text is a list of one."""
+    if isinstance(data.get(key), str):
+        return [_checked(data[key], key, limit)]
+    out = []
+    for i, item in enumerate(_list(data, key)):
+        if isinstance(item, bool) or not isinstance(item, (str, int, float)):
+            raise Unreadable(f"{key}[{i}]: must be text")
+        out.append(_checked(str(item), f"{key}[{i}]", limit))
+    return out
+
+
+def _json_mapping(value: Any, key: str) -> dict[str, Any] | None:
+    """A mapping as a JSON column stores it: YAML dates and times become ISO text."""
+    if not isinstance(value, dict):
+        return None
+    try:
+        encoded = json.dumps(value, default=str, allow_nan=False)
+    except (TypeError, ValueError):
+        raise Unreadable(f"{key}: cannot be stored (not finite numbers or text)") from None
+    if "\\u0000" in encoded:
+        raise Unreadable(f"{key}: holds a NUL character")
+    result: dict[str, Any] = json.loads(encoded)
+    return result
 
 
 def _flag(data: dict[str, Any], key: str) -> bool | None:
@@ -141,12 +201,13 @@ def parse_file(path: Path, categories: tuple[str, ...]) -> Decision:
         decision=text.strip(), category=category, confidence=float(confidence),
         stakes=_choice(data.get("stakes"), STAKES, "stakes", "medium"),
         status="pending", created_at=created,
-        recorded_by=_text(data, "recorded_by") or "import", context=_text(data, "context"),
+        recorded_by=_text(data, "recorded_by", 128) or "import", context=_text(data, "context"),
         mental_state=_choice(data.get("mental_state"), MENTAL_STATES, "mental_state"),
         review_by=_when(data.get("review_by"), "review_by"),
-        kpi_indicators=[str(k) for k in data.get("kpi_indicators") or []] or None,
-        project=_text(data, "project"), feature=_text(data, "feature"), pr=_int(data, "pr"),
-        file=_text(data, "file"), line=_int(data, "line"), commit=_text(data, "commit"),
+        kpi_indicators=_scalars(data, "kpi_indicators") or None,
+        project=_text(data, "project", 256), feature=_text(data, "feature", 256),
+        pr=_int(data, "pr"), file=_text(data, "file"), line=_int(data, "line"),
+        commit=_text(data, "commit", 64),
     )
     pre = data.get("pre_decision")
     if isinstance(pre, dict):
@@ -154,8 +215,8 @@ def parse_file(path: Path, categories: tuple[str, ...]) -> Decision:
         decision.pre_similar_found = _int(pre, "similar_found")
         decision.pre_guardrails_checked = _flag(pre, "guardrails_checked")
         decision.pre_guardrails_passed = _flag(pre, "guardrails_passed")
-    decision.reasons = [_reason(i, r) for i, r in enumerate(data.get("reasons") or [])]
-    tags = [str(t) for t in data.get("tags") or [] if str(t).strip()]
+    decision.reasons = [_reason(i, r) for i, r in enumerate(_list(data, "reasons"))]
+    tags = [t for t in _scalars(data, "tags", 128) if t.strip()]
     decision.tags = [DecisionTag(tag=t, position=i) for i, t in enumerate(dict.fromkeys(tags))]
     _apply_review(decision, data)
     return decision
@@ -168,7 +229,8 @@ def _reason(position: int, raw: Any) -> DecisionReason:
     if isinstance(strength, bool) or not isinstance(strength, (int, float)):
         raise Unreadable(f"reasons[{position}].strength: must be a number")
     kind = _choice(raw.get("type", "analysis"), REASON_TYPES, f"reasons[{position}].type")
-    return DecisionReason(position=position, type=kind, text=raw["text"], strength=float(strength))
+    text = _checked(raw["text"], f"reasons[{position}].text", None)
+    return DecisionReason(position=position, type=kind, text=text, strength=float(strength))
 
 
 def _apply_review(decision: Decision, data: dict[str, Any]) -> None:
@@ -178,12 +240,11 @@ def _apply_review(decision: Decision, data: dict[str, Any]) -> None:
     decision.status = "reviewed"
     decision.outcome = outcome
     decision.reviewed_at = _when(data.get("reviewed_at"), "reviewed_at") or decision.created_at
-    decision.reviewed_by = _text(data, "reviewed_by") or decision.recorded_by
+    decision.reviewed_by = _text(data, "reviewed_by", 128) or decision.recorded_by
     decision.actual_result = _text(data, "actual_result")
     decision.lessons = _text(data, "lessons")
     decision.review_notes = _text(data, "review_notes")
-    kpis = data.get("affected_kpis")
-    decision.affected_kpis = kpis if isinstance(kpis, dict) else None
+    decision.affected_kpis = _json_mapping(data.get("affected_kpis"), "affected_kpis")
 
 
 def _chunks(items: list[Path], size: int) -> Iterator[list[Path]]:
@@ -192,37 +253,70 @@ def _chunks(items: list[Path], size: int) -> Iterator[list[Path]]:
 
 
 async def import_tree(services: Services, root: Path, progress: Progress | None = None) -> ImportReport:
+    """Import every YAML file under ``root``, BATCH files per transaction. A file that cannot
+    be read, or that the database refuses, is listed in the report with the reason; the
+    others are imported all the same."""
     files = find_files(root)
     report = ImportReport(files=len(files))
     categories = services.settings.categories
     done = 0
+
+    def parsed_or_listed(path: Path) -> Decision | None:
+        try:
+            return parse_file(path, categories)
+        except Unreadable as exc:
+            reason = str(exc)
+        except OSError as exc:
+            reason = exc.strerror or "unreadable"
+        report.failed.append((str(path.relative_to(root)), reason))
+        return None
+
     for chunk in _chunks(files, BATCH):
-        parsed: list[Decision] = []
-        for path in chunk:
-            try:
-                parsed.append(parse_file(path, categories))
-            except Unreadable as exc:
-                report.failed.append((str(path.relative_to(root)), str(exc)))
-            except OSError as exc:
-                report.failed.append((str(path.relative_to(root)), exc.strerror or "unreadable"))
-        async with services.db.transaction(write=True) as session:
-            ids = [d.id for d in parsed]
-            known = set(await session.scalars(select(Decision.id).where(Decision.id.in_(ids))))
-            for decision in parsed:
-                if decision.id in known:
-                    report.existing += 1
+        parsed = [(path, d) for path in chunk if (d := parsed_or_listed(path)) is not None]
+        try:
+            new, existing = await _store(services, [d for _, d in parsed])
+        except SQLAlchemyError:
+            # One file the database refuses would fail the whole batch: store them one by
+            # one (parsed again: the failed transaction's objects are not reused).
+            new = existing = 0
+            for path, _ in parsed:
+                decision = parsed_or_listed(path)
+                if decision is None:
                     continue
-                known.add(decision.id)
-                session.add(decision)
-                if decision.outcome is not None:
-                    session.add(_history_row(decision))
-                # Due at once: this command (or a running server) carries them out.
-                services.relay.enqueue(session, decision.id, leased=False)
-                report.new += 1
+                try:
+                    one_new, one_existing = await _store(services, [decision])
+                except SQLAlchemyError as exc:
+                    log.warning("import of %s refused by the database: %s", path, exc)
+                    report.failed.append((str(path.relative_to(root)),
+                                          f"refused by the database ({type(exc).__name__})"))
+                    continue
+                new, existing = new + one_new, existing + one_existing
+        report.new += new
+        report.existing += existing
         done += len(chunk)
         if progress is not None:
             progress(done, len(files))
     return report
+
+
+async def _store(services: Services, decisions: list[Decision]) -> tuple[int, int]:
+    """Store the decisions not stored yet, in one transaction; returns (new, already there)."""
+    new = existing = 0
+    async with services.db.transaction(write=True) as session:
+        ids = [d.id for d in decisions]
+        known = set(await session.scalars(select(Decision.id).where(Decision.id.in_(ids))))
+        for decision in decisions:
+            if decision.id in known:
+                existing += 1
+                continue
+            known.add(decision.id)
+            session.add(decision)
+            if decision.outcome is not None:
+                session.add(_history_row(decision))
+            # Due at once: this command (or a running server) carries them out.
+            services.relay.enqueue(session, decision.id, leased=False)
+            new += 1
+    return new, existing
 
 
 def _history_row(decision: Decision) -> DecisionReview:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner
-from conftest import serve_app
+from conftest import run_sql, serve_app
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -154,16 +154,104 @@ def test_import_of_a_thousand_files_is_idempotent_and_reports_bad_files(
     _journal(journal, 1000)
     runner = CliRunner()
     first = runner.invoke(main, ["import", str(journal)], env=_env(settings))
-    assert first.exit_code == 0, first.output
+    assert first.exit_code == 1, first.output  # a file was not imported
     assert "importing" in first.output  # the progress bar (stderr is mixed in)
     assert "new 1000" in first.output and "failed 1" in first.output
     assert re.search(r"could not import .*broken\.yaml: not valid YAML", first.output)
     # every imported decision is exported and indexed before the command ends
     assert "indexed and exported: 2000 event(s)" in first.output, first.output
     assert len(list(settings.decisions_dir.rglob("*.yaml"))) == 1000
+    (journal / "2025" / "broken.yaml").unlink()
     second = runner.invoke(main, ["import", str(journal)], env=_env(settings))
     assert second.exit_code == 0, second.output
     assert "new 0" in second.output and "already present 1000" in second.output
+    assert "failed 0" in second.output
+
+
+def test_import_lists_each_bad_file_and_imports_the_rest(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """Files whose values no column could hold are listed with the reason, in a batch with
+    good files, which are imported all the same; YAML dates inside a mapping become text."""
+    journal = tmp_path / "journal"
+    journal.mkdir()
+    good = {"decision": "Adopt feature flags", "category": "process", "confidence": 0.7,
+            "date": "2025-01-02T10:00:00Z"}
+    bad = {
+        "tags-not-a-list.yaml": {"tags": 5},
+        "reasons-not-a-list.yaml": {"reasons": 5},
+        "kpis-not-a-list.yaml": {"kpi_indicators": 5},
+        "date-before-utc.yaml": {"date": "0001-01-01T00:00:00+01:00"},
+        "long-tag.yaml": {"tags": ["t" * 129]},
+        "long-commit.yaml": {"commit": "c" * 65},
+        "huge-pr.yaml": {"pr": 2**40},
+        "nul.yaml": {"context": "before\x00after"},
+    }
+    for name, fields in bad.items():
+        (journal / name).write_text(yaml.safe_dump({**good, **fields}), encoding="utf-8")
+    for i in range(3):
+        (journal / f"good-{i}.yaml").write_text(yaml.safe_dump(
+            {**good, "id": f"good-{i}", "decision": f"Adopt feature flags, step {i}"}),
+            encoding="utf-8")
+    (journal / "kpi-dates.yaml").write_text(
+        "decision: Ship the report on time\ncategory: process\nconfidence: 0.6\n"
+        "date: 2025-01-03\noutcome: success\naffected_kpis: {deadline: 2024-05-01}\n",
+        encoding="utf-8")
+    (journal / "one-tag.yaml").write_text(yaml.safe_dump(
+        {**good, "decision": "Tag it once", "tags": "database"}), encoding="utf-8")
+    result = CliRunner().invoke(main, ["import", str(journal)], env=_env(settings))
+    assert result.exit_code == 1, result.output
+    assert "files 13, new 5, already present 0, failed 8" in result.output, result.output
+    reasons = dict(re.findall(r"could not import (\S+): (.+)", result.output))
+    assert reasons == {
+        "tags-not-a-list.yaml": "tags: must be a list",
+        "reasons-not-a-list.yaml": "reasons: must be a list",
+        "kpis-not-a-list.yaml": "kpi_indicators: must be a list",
+        "date-before-utc.yaml": "date: out of range",
+        "long-tag.yaml": "tags[0]: longer than 128 characters",
+        "long-commit.yaml": "commit: longer than 64 characters",
+        "huge-pr.yaml": "pr: out of range",
+        "nul.yaml": "context: holds a NUL character",
+    }, result.output
+    assert "Traceback" not in result.output
+    exported = {p.read_text(encoding="utf-8") for p in settings.decisions_dir.rglob("*.yaml")}
+    assert len(exported) == 5
+    [one_tag] = [t for t in exported if "Tag it once" in t]
+    assert yaml.safe_load(one_tag)["tags"] == ["database"]  # a lone tag, not its letters
+    [kpis] = [t for t in exported if "Ship the report on time" in t]
+    assert yaml.safe_load(kpis)["affected_kpis"] == {"deadline": "2024-05-01"}
+
+
+async def test_import_stores_the_rest_of_a_batch_the_database_refuses_one_of(
+    settings: Settings, embedder: Any, tmp_path: Path
+) -> None:
+    """A row the database refuses (here a trigger refuses one id) fails only its own file."""
+    from app.decisions.importer import import_tree
+
+    url = settings.database_url
+    if url.startswith("sqlite"):
+        await run_sql(url, "CREATE TRIGGER refuse_one BEFORE INSERT ON decisions "
+                           "WHEN NEW.id = 'bad00bad' BEGIN SELECT RAISE(ABORT, 'refused'); END")
+    else:
+        await run_sql(url, "CREATE FUNCTION refuse_one() RETURNS trigger AS $$ BEGIN "
+                           "IF NEW.id = 'bad00bad' THEN RAISE EXCEPTION 'refused'; END IF; "
+                           "RETURN NEW; END $$ LANGUAGE plpgsql")
+        await run_sql(url, "CREATE TRIGGER refuse_one BEFORE INSERT ON decisions "
+                           "FOR EACH ROW EXECUTE FUNCTION refuse_one()")
+    journal = tmp_path / "journal"
+    journal.mkdir()
+    for i, decision_id in enumerate(["a0000001", "bad00bad", "a0000002"]):
+        (journal / f"{i}.yaml").write_text(yaml.safe_dump(
+            {"id": decision_id, "decision": f"Decision {i}", "category": "process",
+             "confidence": 0.5, "date": "2025-02-03"}), encoding="utf-8")
+    app = create_app(settings, embedder=embedder)
+    async with serve_app(app):
+        report = await import_tree(app.state.services, journal)
+    assert (report.new, report.existing) == (2, 0)
+    assert [name for name, _ in report.failed] == ["1.yaml"]
+    assert report.failed[0][1].startswith("refused by the database")
+    rows = await run_sql(url, "SELECT id FROM decisions ORDER BY id")
+    assert [r["id"] for r in rows] == ["a0000001", "a0000002"]
 
 
 async def test_imported_decisions_are_searchable(
@@ -211,6 +299,7 @@ async def test_reindex_rebuilds_and_the_live_index_keeps_answering(
 def test_export_command_rebuilds_the_tree(settings: Settings, tmp_path: Path) -> None:
     journal = tmp_path / "journal"
     _journal(journal, 5)
+    (journal / "2025" / "broken.yaml").unlink()
     runner = CliRunner()
     assert runner.invoke(main, ["import", str(journal)], env=_env(settings)).exit_code == 0
     files = sorted(settings.decisions_dir.rglob("*.yaml"))
