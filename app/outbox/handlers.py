@@ -71,8 +71,8 @@ async def run_events(
 
 
 async def _index_all(relay: Relay, work: list[tuple[int, Decision]]) -> dict[int, str | None]:
-    entries = {d.id: index_entry(d) for _eid, d in work}
     try:
+        entries = {d.id: index_entry(d) for _eid, d in work}
         await relay.index.upsert(list(entries.values()))
     except IndexUnavailable:
         return {eid: "vector index unavailable" for eid, _d in work}
