@@ -93,3 +93,13 @@ async def test_each_statement_is_one_trip_to_the_worker_thread(
     # BEGIN IMMEDIATE and the three statements (the stock cursor made 3-4 trips each), the
     # COMMIT, and the pool's reset of the connection it gets back
     assert handoffs == ["_run"] * 4 + ["commit", "rollback"]
+
+
+async def test_every_connection_commits_to_disk_before_it_returns(db: Database) -> None:
+    """synchronous=FULL (2) on all three engines: in WAL mode, the default NORMAL lets a power
+    loss take back commits that were already answered."""
+    async with db.write_engine.connect() as conn:
+        assert (await conn.execute(text("PRAGMA synchronous"))).scalar() == 2
+    async with db.read_engine.connect() as conn:
+        assert (await conn.execute(text("PRAGMA synchronous"))).scalar() == 2
+    assert await db.read(lambda conn: conn.execute(text("PRAGMA synchronous")).scalar()) == 2
