@@ -1,8 +1,8 @@
 """Load a tree of decision YAML files into the database (``cstp import DIR``).
 
 Accepts the layout of SPEC.md section 3, which other decision journals also write: keys this
-server does not know are ignored; a file that cannot be read is reported with the reason and
-skipped. Idempotent: a decision whose id is already stored is left alone. Imported decisions
+server does not know are ignored; a file that cannot be read, or whose values no column could
+hold, is reported with the reason and skipped, and the other files are imported. Idempotent: a decision whose id is already stored is left alone. Imported decisions
 get their YAML export and index entry through the outbox, like any other write.
 """
 
