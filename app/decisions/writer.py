@@ -78,12 +78,14 @@ class RecordWriter:
         return await asyncio.shield(unit.future)
 
     async def drain(self) -> None:
-        """Wait until everything queued now is written and delivered (shutdown, tests)."""
-        while (self._flusher is not None and not self._flusher.done()) or self._deliveries:
-            await asyncio.gather(
-                *(t for t in (self._flusher, *self._deliveries) if t is not None),
-                return_exceptions=True,
-            )
+        """Wait until everything queued now is written and delivered (shutdown, tests).
+        Cancelling the wait leaves the work alone: its callers still get their answers."""
+        while True:
+            running = {t for t in (self._flusher, *self._deliveries)
+                       if t is not None and not t.done()}
+            if not running:
+                return
+            await asyncio.wait(running)  # unlike gather, a cancelled wait cancels nothing
 
     async def _flush_loop(self) -> None:
         held: _Committed = []

@@ -113,9 +113,10 @@ class WriteBatcher:
                     group.future.set_result(None)
 
     async def drain(self) -> None:
-        """Wait until the writes pending now (and any queued behind them) are done."""
+        """Wait until the writes pending now (and any queued behind them) are done; a
+        cancelled wait does not cancel them."""
         if self._flusher is not None and not self._flusher.done():
-            await asyncio.gather(self._flusher, return_exceptions=True)
+            await asyncio.wait({self._flusher})
 
     # ---- prepared vectors ----
 

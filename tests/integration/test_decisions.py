@@ -484,6 +484,31 @@ async def test_more_concurrent_linked_records_than_database_connections(
         assert decision["decision"] == f"Add cache layer {i} to the search API"
 
 
+async def test_cancelling_a_drain_leaves_the_calls_it_waited_for_alone(
+    rpc: Any, services: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``drain`` (shutdown) waits for the group writer's work; if that wait is cancelled, the
+    work goes on and the call still gets its answer, with its decision indexed."""
+    reached, gate = asyncio.Event(), asyncio.Event()
+    prepare = services.index.prepare
+
+    async def slow_prepare(texts: Any) -> None:
+        reached.set()
+        await gate.wait()
+        await prepare(texts)
+
+    monkeypatch.setattr(services.index, "prepare", slow_prepare)
+    call = asyncio.ensure_future(rpc.ok("cstp.recordDecision", simple("Keep the cache warm")))
+    await asyncio.wait_for(reached.wait(), timeout=10)
+    drain = asyncio.ensure_future(services.recorder.drain())
+    await asyncio.sleep(0.2)  # committed; the delivery waits for the embedding
+    assert not drain.done()
+    drain.cancel()
+    gate.set()
+    result = await asyncio.wait_for(call, timeout=10)
+    assert result["success"] is True and result["indexed"] is True
+
+
 # ---------------------------------------------------------------- 6. vector index outage
 
 
