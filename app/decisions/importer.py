@@ -23,6 +23,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from app.db.decisions import Decision, DecisionReason, DecisionReview, DecisionTag
+from app.rpc.params import nul_path
 
 from .document import summarize
 
@@ -41,7 +42,13 @@ REASON_TYPES = {
 }
 MENTAL_STATES = {"deliberate", "reactive", "exploratory", "habitual", "pressured"}
 HEX_ID = re.compile(r"^[0-9a-f]{8}$")
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1  # what an Integer column holds on Postgres
+# The lengths of the decision's text columns, read from the model, by column (= YAML key) name.
+LENGTHS: dict[str, int] = {
+    c.name: c.type.length for c in Decision.__table__.columns
+    if isinstance(getattr(c.type, "length", None), int)
+}
+TAG_LENGTH: int = DecisionTag.__table__.c.tag.type.length
 
 
 class Unreadable(Exception):
@@ -93,12 +100,13 @@ def _checked(value: str, key: str, limit: int | None) -> str:
     return value
 
 
-def _text(data: dict[str, Any], key: str, limit: int | None = None) -> str | None:
+def _text(data: dict[str, Any], key: str) -> str | None:
+    """Text for the column named ``key`` (numbers are taken as text), within its length."""
     value = data.get(key)
     if value is None:
         return None
     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-        return _checked(str(value), key, limit)
+        return _checked(str(value), key, LENGTHS.get(key))
     raise Unreadable(f"{key}: must be text")
 
 
@@ -142,9 +150,10 @@ def _json_mapping(value: Any, key: str) -> dict[str, Any] | None:
         encoded = json.dumps(value, default=str, allow_nan=False)
     except (TypeError, ValueError):
         raise Unreadable(f"{key}: cannot be stored (not finite numbers or text)") from None
-    if "\\u0000" in encoded:
-        raise Unreadable(f"{key}: holds a NUL character")
     result: dict[str, Any] = json.loads(encoded)
+    where = nul_path({key: result})
+    if where is not None:
+        raise Unreadable(f"{where}: holds a NUL character")
     return result
 
 
@@ -201,13 +210,13 @@ def parse_file(path: Path, categories: tuple[str, ...]) -> Decision:
         decision=text.strip(), category=category, confidence=float(confidence),
         stakes=_choice(data.get("stakes"), STAKES, "stakes", "medium"),
         status="pending", created_at=created,
-        recorded_by=_text(data, "recorded_by", 128) or "import", context=_text(data, "context"),
+        recorded_by=_text(data, "recorded_by") or "import", context=_text(data, "context"),
         mental_state=_choice(data.get("mental_state"), MENTAL_STATES, "mental_state"),
         review_by=_when(data.get("review_by"), "review_by"),
         kpi_indicators=_scalars(data, "kpi_indicators") or None,
-        project=_text(data, "project", 256), feature=_text(data, "feature", 256),
+        project=_text(data, "project"), feature=_text(data, "feature"),
         pr=_int(data, "pr"), file=_text(data, "file"), line=_int(data, "line"),
-        commit=_text(data, "commit", 64),
+        commit=_text(data, "commit"),
     )
     pre = data.get("pre_decision")
     if isinstance(pre, dict):
@@ -216,7 +225,7 @@ def parse_file(path: Path, categories: tuple[str, ...]) -> Decision:
         decision.pre_guardrails_checked = _flag(pre, "guardrails_checked")
         decision.pre_guardrails_passed = _flag(pre, "guardrails_passed")
     decision.reasons = [_reason(i, r) for i, r in enumerate(_list(data, "reasons"))]
-    tags = [t for t in _scalars(data, "tags", 128) if t.strip()]
+    tags = [t for t in _scalars(data, "tags", TAG_LENGTH) if t.strip()]
     decision.tags = [DecisionTag(tag=t, position=i) for i, t in enumerate(dict.fromkeys(tags))]
     _apply_review(decision, data)
     return decision
@@ -240,7 +249,7 @@ def _apply_review(decision: Decision, data: dict[str, Any]) -> None:
     decision.status = "reviewed"
     decision.outcome = outcome
     decision.reviewed_at = _when(data.get("reviewed_at"), "reviewed_at") or decision.created_at
-    decision.reviewed_by = _text(data, "reviewed_by", 128) or decision.recorded_by
+    decision.reviewed_by = _text(data, "reviewed_by") or decision.recorded_by
     decision.actual_result = _text(data, "actual_result")
     decision.lessons = _text(data, "lessons")
     decision.review_notes = _text(data, "review_notes")

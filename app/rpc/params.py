@@ -68,7 +68,7 @@ def normalize(params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _nul_path(params: dict[str, Any]) -> str | None:
+def nul_path(params: dict[str, Any]) -> str | None:
     """The path of a string (or key) in ``params`` holding a NUL character, which no text
     column of Postgres can store; None when there is none."""
     stack: list[tuple[Any, str]] = [(value, key) for key, value in params.items()]
@@ -99,7 +99,7 @@ def decode(params: dict[str, Any], struct: type[T]) -> T:
     params ``struct`` knows are read (unknown ones are ignored, SPEC section 2)."""
     known = _wire_names(struct)
     normalized = {k: v for k, v in normalize(params).items() if k in known}
-    nul = _nul_path(normalized)
+    nul = nul_path(normalized)
     if nul is not None:
         raise invalid_params(nul, "must not contain NUL characters")
     try:

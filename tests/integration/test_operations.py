@@ -186,6 +186,7 @@ def test_import_lists_each_bad_file_and_imports_the_rest(
         "long-commit.yaml": {"commit": "c" * 65},
         "huge-pr.yaml": {"pr": 2**40},
         "nul.yaml": {"context": "before\x00after"},
+        "nul-in-kpis.yaml": {"outcome": "success", "affected_kpis": {"note": "a\x00b"}},
     }
     for name, fields in bad.items():
         (journal / name).write_text(yaml.safe_dump({**good, **fields}), encoding="utf-8")
@@ -201,7 +202,7 @@ def test_import_lists_each_bad_file_and_imports_the_rest(
         {**good, "decision": "Tag it once", "tags": "database"}), encoding="utf-8")
     result = CliRunner().invoke(main, ["import", str(journal)], env=_env(settings))
     assert result.exit_code == 1, result.output
-    assert "files 13, new 5, already present 0, failed 8" in result.output, result.output
+    assert "files 14, new 5, already present 0, failed 9" in result.output, result.output
     reasons = dict(re.findall(r"could not import (\S+): (.+)", result.output))
     assert reasons == {
         "tags-not-a-list.yaml": "tags: must be a list",
@@ -212,6 +213,7 @@ def test_import_lists_each_bad_file_and_imports_the_rest(
         "long-commit.yaml": "commit: longer than 64 characters",
         "huge-pr.yaml": "pr: out of range",
         "nul.yaml": "context: holds a NUL character",
+        "nul-in-kpis.yaml": "affected_kpis.note: holds a NUL character",
     }, result.output
     assert "Traceback" not in result.output
     exported = {p.read_text(encoding="utf-8") for p in settings.decisions_dir.rglob("*.yaml")}
