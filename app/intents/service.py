@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 import msgspec
-from sqlalchemy import Connection, Row, insert, select
+from sqlalchemy import Connection, Row, bindparam, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from app.db.intents import Intent, IntentMatch
@@ -65,14 +65,16 @@ def similar_item(found: Found) -> dict[str, Any]:
     return item
 
 
-_STORED = (Intent.id, Intent.correlation_id, Intent.request_hash, Intent.response,
-           Intent.similar_found, Intent.allowed)
+# Built once: building a statement costs more than running this one (an indexed lookup).
+_STORED = select(
+    Intent.id, Intent.correlation_id, Intent.request_hash, Intent.response,
+    Intent.similar_found, Intent.allowed,
+).where(Intent.agent == bindparam("agent"), Intent.correlation_id == bindparam("cid"),
+        Intent.outcome == "ok")
 
 
 def _read_stored(conn: Connection, *, agent: str, correlation_id: str) -> Row[Any] | None:
-    return conn.execute(select(*_STORED).where(
-        Intent.agent == agent, Intent.correlation_id == correlation_id, Intent.outcome == "ok",
-    )).first()
+    return conn.execute(_STORED, {"agent": agent, "cid": correlation_id}).first()
 
 
 async def _stored(ctx: CallContext, correlation_id: str, *, in_call: bool = True
