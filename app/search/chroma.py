@@ -4,7 +4,8 @@
 - The server may be down at start-up or restart later: client and collection are created lazily
   and dropped after a failure, so the next call reconnects. Every failure is ``IndexUnavailable``.
 - Chroma's HTTP client has no timeout (``httpx.Client(timeout=None)``) and its constructor makes
-  three requests: a short heartbeat probe goes first, then the session gets finite timeouts.
+  three requests: a short heartbeat probe goes first, the constructor runs in a thread of its
+  own that is waited for a bounded time, then the session gets finite timeouts.
 - Chroma's upsert *merges* metadata (old keys survive); ``replace`` sends the old keys as None,
   which deletes them, so the new metadata replaces the old.
 """
@@ -73,20 +74,55 @@ def embedded_connector(path: Path) -> Callable[[], ClientAPI]:
 
 def http_connector(url: str, *, connect_timeout: float = CONNECT_TIMEOUT_S,
                    request_timeout: float = REQUEST_TIMEOUT_S) -> Callable[[], ClientAPI]:
-    """Builds a client of the server at ``url``: heartbeat first, then finite timeouts."""
+    """Builds a client of the server at ``url``: heartbeat first, then finite timeouts.
+
+    chromadb's constructor sends its requests with no timeout, so it runs in a daemon thread
+    that is waited for ``connect_timeout + request_timeout``: a server that answers the
+    heartbeat and then stalls costs the caller that long, not forever. The abandoned thread
+    ends when the server answers or closes; until then further attempts fail at once instead
+    of starting another, and a client it builds late is closed."""
     parts = urlsplit(url if "://" in url else f"http://{url}")
     ssl = parts.scheme == "https"
     host = parts.hostname or "localhost"
     port = parts.port or (443 if ssl else 8000)
     base = f"{parts.scheme}://{parts.netloc}"
+    in_flight: list[threading.Thread] = []  # the constructor thread of the last attempt
 
     def connect() -> ClientAPI:
+        if in_flight and in_flight[0].is_alive():
+            raise TimeoutError("an earlier attempt to connect to the Chroma server still waits")
         httpx.get(f"{base}/api/v2/heartbeat", timeout=connect_timeout).raise_for_status()
-        client = chromadb.HttpClient(host=host, port=port, ssl=ssl, settings=_settings())
-        session = getattr(getattr(client, "_server", None), "_session", None)
+        outcome: list[ClientAPI | BaseException] = []
+        guard = threading.Lock()
+        abandoned = False
+
+        def build() -> None:
+            try:
+                client = chromadb.HttpClient(host=host, port=port, ssl=ssl, settings=_settings())
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
+                outcome.append(exc)
+                return
+            with guard:
+                if not abandoned:
+                    outcome.append(client)
+                    return
+            client.close()  # nobody waits for it any more
+
+        thread = threading.Thread(target=build, name="chroma-connect", daemon=True)
+        in_flight[:] = [thread]
+        thread.start()
+        thread.join(connect_timeout + request_timeout)
+        with guard:
+            if not outcome:
+                abandoned = True
+                raise TimeoutError("the Chroma server did not answer the client's set-up in time")
+        result = outcome[0]
+        if isinstance(result, BaseException):
+            raise result
+        session = getattr(getattr(result, "_server", None), "_session", None)
         if isinstance(session, httpx.Client):
             session.timeout = httpx.Timeout(request_timeout, connect=connect_timeout)
-        return client
+        return result
 
     return connect
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import http.server
 import signal
 import threading
 import time
@@ -198,6 +199,77 @@ async def test_http_index_survives_server_outages(
         await index.ping()
     finally:
         await index.aclose()
+
+
+class _StallingChroma:
+    """A loopback HTTP server that answers Chroma's heartbeat and then leaves every other
+    request without an answer until ``release`` is set: a Chroma server that hangs right
+    after it looked healthy."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.stalled = 0
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # the name http.server looks for
+                if self.path == "/api/v2/heartbeat":
+                    body = b'{"nanosecond heartbeat": 1}'
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                outer.stalled += 1
+                outer.release.wait(30)
+                self.close_connection = True  # then hang up without an answer
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+async def test_a_server_that_stalls_after_its_heartbeat_fails_the_calls_in_bounded_time(
+    embedder: Embedder
+) -> None:
+    """chromadb's client constructor sends requests with no timeout; a server that answers
+    the heartbeat and then hangs must not hang every index call (they wait behind the
+    connection lock) for good."""
+    fake = _StallingChroma()
+    index = VectorIndex.http(f"http://127.0.0.1:{fake.port}", embedder,
+                             connect_timeout=0.5, request_timeout=1.0)
+    try:
+        started = time.monotonic()
+        results = await asyncio.wait_for(asyncio.gather(
+            index.ping(), index.query(DEPLOY, where=None, limit=3), index.count(),
+            return_exceptions=True), timeout=15)
+        assert all(isinstance(r, IndexUnavailable) for r in results), results
+        assert time.monotonic() - started < 5
+        assert fake.stalled == 1  # one constructor attempt; the others failed at once
+        await assert_unavailable_fast(index.ping)  # its thread still waits: no second one
+        assert fake.stalled == 1
+        fake.release.set()  # the server hangs up; the abandoned constructor ends
+        for _ in range(100):
+            if not any(t.name == "chroma-connect" for t in threading.enumerate()):
+                break
+            await asyncio.sleep(0.05)
+        assert not any(t.name == "chroma-connect" for t in threading.enumerate())
+        await assert_unavailable_fast(index.ping)  # a new attempt (the server hangs up now)
+        assert fake.stalled == 2
+    finally:
+        await index.aclose()
+        fake.close()
 
 
 async def test_a_text_prepared_as_the_workers_finish_is_still_embedded(
