@@ -1,7 +1,8 @@
 """Where recordDecision's CPU goes under load: ``python -m bench.cpu [--clients 8] [...]``.
 
 A focused probe, not the benchmark: it starts the real server (``cstp serve``) on a free
-127.0.0.1 port with an empty, fresh data directory (SQLite), sends warm-up calls and then
+127.0.0.1 port with an empty, fresh data directory (SQLite, or with ``--database-url`` a fresh
+Postgres database that is dropped afterwards), sends warm-up calls and then
 ``--calls`` recordDecision calls from ``--clients`` concurrent clients (the harness's own
 client and generator), and reports:
 
@@ -10,7 +11,9 @@ client and generator), and reports:
   threads alive at the end, from ``/proc``) and the harness's own;
 - how much of the machine stayed idle (``/proc/stat``);
 - how busy each of the server's threads was (share of one core), the event loop's thread
-  (the process's main thread) named as such.
+  (the process's main thread) named as such;
+- with Postgres, the CPU of the Postgres server's processes too (all of them, from ``/proc``;
+  the probe's window is the only load on a test machine's Postgres).
 
 Linux only (it reads ``/proc``). See docs/PERFORMANCE.md.
 """
@@ -30,7 +33,8 @@ from pathlib import Path
 
 from bench.measure import measure_method
 from bench.seed import Generator
-from bench.server import BenchError, ServerProcess, free_port, server_env
+from bench.server import (BenchError, ServerProcess, check_database_url, create_database,
+                          drop_database, free_port, server_env, with_database)
 from bench.stats import summarize
 
 METHOD = "cstp.recordDecision"
@@ -52,6 +56,22 @@ def thread_cpu(pid: int) -> dict[tuple[int, str], float]:
     return found
 
 
+def postgres_cpu() -> float:
+    """CPU seconds of every process named ``postgres`` (the server and its backends)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            raw = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue  # the process ended between the listing and the read
+        if raw[raw.index("(") + 1:raw.rindex(")")] != "postgres":
+            continue
+        fields = raw[raw.rindex(")") + 2:].split()
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def machine_ticks() -> list[int]:
     """The aggregate ``cpu`` line of /proc/stat: user nice system idle iowait irq softirq steal."""
     with open("/proc/stat") as f:
@@ -64,9 +84,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--calls", type=int, default=400, help="measured calls (default 400)")
     p.add_argument("--warmup", type=int, default=40, help="warm-up calls (default 40)")
     p.add_argument("--seed", type=int, default=42, help="generator seed (default 42)")
+    p.add_argument("--database-url", default=None,
+                   help="postgresql+asyncpg://user@127.0.0.1:5432/postgres - a fresh database "
+                        "cstp_bench_<random> is created on that server and dropped afterwards")
     args = p.parse_args(argv)
     if args.clients < 1 or args.calls < 1 or args.warmup < 0:
         p.error("--clients and --calls must be at least 1, --warmup at least 0")
+    if args.database_url:
+        try:
+            check_database_url(args.database_url)
+        except BenchError as exc:
+            p.error(str(exc))
     return args
 
 
@@ -77,14 +105,14 @@ async def probe(args: argparse.Namespace, server: ServerProcess, token: str) -> 
     generator = Generator(seed=args.seed)
     warmup = [generator.record_params() for _ in range(max(args.warmup, 2 * args.clients))]
     calls = [generator.record_params() for _ in range(args.calls)]
-    threads_before, ticks_before = thread_cpu(pid), machine_ticks()
+    threads_before, ticks_before, pg_before = thread_cpu(pid), machine_ticks(), postgres_cpu()
     own_before, wall_before = time.process_time(), time.perf_counter()
     run = await measure_method(server.base_url, token, METHOD, calls, warmup, args.clients,
                                cap_s=60 + args.calls, request_timeout=30)
     # the warm-up is inside this window too: the figures below are per call of both
     wall = time.perf_counter() - wall_before
     own = time.process_time() - own_before
-    threads_after, ticks_after = thread_cpu(pid), machine_ticks()
+    threads_after, ticks_after, pg_after = thread_cpu(pid), machine_ticks(), postgres_cpu()
     ticks = [after - before for before, after in zip(ticks_before, ticks_after)]
     per_thread: Counter[str] = Counter()
     for (tid, name), seconds in threads_after.items():
@@ -101,8 +129,11 @@ async def probe(args: argparse.Namespace, server: ServerProcess, token: str) -> 
         f"{server_cpu / n_all * 1000:.1f} ms per call ({server_cpu / wall:.2f} cores), "
         f"harness {own / n_all * 1000:.1f} ms per call ({own / wall:.2f} cores), "
         f"machine idle {ticks[3] / max(sum(ticks), 1) * 100:.0f}% of {os.cpu_count()} CPUs",
-        "server threads (share of one core):",
     ]
+    if args.database_url:
+        lines.append(f"postgres processes {(pg_after - pg_before) / n_all * 1000:.1f} ms per call "
+                     f"({(pg_after - pg_before) / wall:.2f} cores)")
+    lines.append("server threads (share of one core):")
     lines += [f"  {share / wall:5.2f}  {label}" for label, share in per_thread.most_common()
               if share / wall >= 0.01]
     return "\n".join(lines), ok == args.calls
@@ -116,11 +147,17 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="cstp-cpu-"))
     token = secrets.token_urlsafe(24)
     port = free_port()
-    server = ServerProcess(
-        server_env(os.environ, data_dir=tmp / "data", decisions_dir=tmp / "decisions",
-                   token=token, port=port, database_url=None, max_batch=50),
-        port, tmp / "server.log")
+    pg_name: str | None = None
+    server: ServerProcess | None = None
     try:
+        database_url: str | None = None
+        if args.database_url:
+            pg_name = asyncio.run(create_database(args.database_url))
+            database_url = with_database(args.database_url, pg_name)
+        server = ServerProcess(
+            server_env(os.environ, data_dir=tmp / "data", decisions_dir=tmp / "decisions",
+                       token=token, port=port, database_url=database_url, max_batch=50),
+            port, tmp / "server.log")
         server.start()
         report, all_ok = asyncio.run(probe(args, server, token))
         print(report, flush=True)
@@ -128,14 +165,20 @@ def main(argv: list[str] | None = None) -> int:
         if problems:
             print(f"the server logged {len(problems)} error line(s), e.g. {problems[0]}")
         return 0 if all_ok and not problems else 1
-    except BenchError as exc:
+    except (BenchError, OSError) as exc:  # OSError: Postgres refused the connection
         print(f"[error] {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
     finally:
-        server.stop()
+        if server is not None:
+            server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
+        if pg_name and args.database_url:
+            try:
+                asyncio.run(drop_database(args.database_url, pg_name))
+            except Exception as exc:  # noqa: BLE001 - tell the operator, do not hide it
+                print(f"[postgres] could not drop {pg_name}: {exc}", file=sys.stderr)
 
 
 if __name__ == "__main__":
