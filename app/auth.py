@@ -13,7 +13,7 @@ import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
-from .config import ConfigError, Settings, parse_tokens
+from .config import ConfigError, Settings, add_token, parse_tokens
 
 LOCAL_AGENT = "local"
 LOCAL_TOKEN_FILE = "local-token"
@@ -50,7 +50,8 @@ def load_tokens(settings: Settings) -> dict[str, str]:
             raw = settings.tokens_file.read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"CSTP_TOKENS_FILE cannot be read: {exc.strerror}") from None
-        tokens.update(parse_tokens(raw, "CSTP_TOKENS_FILE"))
+        for token, agent in parse_tokens(raw, "CSTP_TOKENS_FILE").items():
+            add_token(tokens, token, agent, "CSTP_AUTH_TOKENS and CSTP_TOKENS_FILE")
     return tokens
 
 

@@ -118,12 +118,17 @@ def _categories(raw: str | None) -> tuple[str, ...]:
 def parse_tokens(raw: str | None, source: str) -> dict[str, str]:
     """Parse ``agent:token`` pairs (comma- or newline-separated) into token -> agent.
 
-    An empty token or agent is refused: a server must never accept an empty bearer token.
+    A line that starts with ``#`` is a comment as a whole, commas included, so a revoked
+    ``# mallory:abc, eve:def`` stays revoked. An empty token or agent is refused (a server
+    must never accept an empty bearer token), and so is a token with a character outside
+    printable ASCII, which no client could send in an Authorization header that matches.
     """
     tokens: dict[str, str] = {}
     if raw is None:
         return tokens
-    for index, item in enumerate(re.split(r"[,\n]", raw), start=1):
+    items = [item for line in raw.splitlines() if not line.strip().startswith("#")
+             for item in line.split(",")]
+    for index, item in enumerate(items, start=1):
         item = item.strip()
         if not item or item.startswith("#"):
             continue
@@ -133,12 +138,21 @@ def parse_tokens(raw: str | None, source: str) -> dict[str, str]:
             raise ConfigError(
                 f"{source}: entry {index} must be 'agent:token' with a non-empty agent and token"
             )
-        if token in tokens and tokens[token] != agent:
-            raise ConfigError(f"{source}: the same token is given to two agents")
-        tokens[token] = agent
+        if not all(" " <= char <= "~" for char in token):
+            raise ConfigError(
+                f"{source}: the token of agent {agent!r} must be printable ASCII characters"
+            )
+        add_token(tokens, token, agent, source)
     if raw.strip() and not tokens:
         raise ConfigError(f"{source} is set but holds no 'agent:token' pair")
     return tokens
+
+
+def add_token(tokens: dict[str, str], token: str, agent: str, source: str) -> None:
+    """Add ``token`` -> ``agent``; a token already given to another agent stops start-up."""
+    if token in tokens and tokens[token] != agent:
+        raise ConfigError(f"{source}: the same token is given to two agents")
+    tokens[token] = agent
 
 
 _RATE = re.compile(r"^\s*([\w.*-]+)\s*=\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)\s*$")

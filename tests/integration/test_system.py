@@ -93,6 +93,42 @@ def test_an_empty_token_stops_start_up() -> None:
         Settings.from_env({"CSTP_AUTH_TOKENS": ":secret"})
 
 
+async def test_a_commented_out_line_of_the_tokens_file_grants_nothing(
+    settings: Settings, embedder: Any, tmp_path: Path
+) -> None:
+    tokens_file = tmp_path / "tokens"
+    tokens_file.write_text("# revoked: mallory:abc123, eve:def456\nalice:tok-alice\n")
+    app = create_app(replace(settings, auth_tokens={}, tokens_file=tokens_file),
+                     embedder=embedder)
+    async with serve_app(app) as client:
+        for revoked in ("abc123", "def456"):
+            denied = await client.post("/cstp", json=BODY,
+                                       headers={"Authorization": f"Bearer {revoked}"})
+            assert denied.status_code == 401
+        allowed = await client.post("/cstp", json=BODY,
+                                    headers={"Authorization": "Bearer tok-alice"})
+        assert allowed.status_code == 200 and "result" in allowed.json()
+
+
+def test_a_token_given_to_two_agents_across_env_and_file_stops_start_up(
+    settings: Settings, embedder: Any, tmp_path: Path
+) -> None:
+    tokens_file = tmp_path / "tokens"
+    tokens_file.write_text("bob:shared-token\n")
+    clash = replace(settings, auth_tokens={"shared-token": "alice"}, tokens_file=tokens_file)
+    with pytest.raises(ConfigError, match="same token is given to two agents"):
+        create_app(clash, embedder=embedder)
+    same = replace(settings, auth_tokens={"shared-token": "bob"}, tokens_file=tokens_file)
+    create_app(same, embedder=embedder)  # the same pair twice is no conflict
+
+
+def test_a_token_no_client_could_send_stops_start_up() -> None:
+    with pytest.raises(ConfigError, match="printable ASCII"):
+        Settings.from_env({"CSTP_AUTH_TOKENS": "carol:t\u00f6k\u00e9n"})
+    with pytest.raises(ConfigError, match="printable ASCII"):
+        Settings.from_env({"CSTP_AUTH_TOKENS": "carol:tok\ten"})
+
+
 async def test_without_tokens_a_local_token_is_kept_and_reused(
     settings: Settings, embedder: Any
 ) -> None:
