@@ -41,7 +41,7 @@ REASON_TYPES = {
     "constraint",
 }
 MENTAL_STATES = {"deliberate", "reactive", "exploratory", "habitual", "pressured"}
-HEX_ID = re.compile(r"^[0-9a-f]{8}$")
+HEX_ID = re.compile(r"[0-9a-f]{8}")
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1  # what an Integer column holds on Postgres
 # The lengths of the decision's text columns, read from the model, by column (= YAML key) name.
 LENGTHS: dict[str, int] = {
@@ -175,7 +175,7 @@ def _choice(value: Any, allowed: set[str], key: str, default: str | None = None)
 def decision_id(data: dict[str, Any], content: bytes) -> str:
     """The file's own id when it is ours (8 hex), else a stable id derived from it."""
     raw = data.get("id")
-    if isinstance(raw, str) and HEX_ID.match(raw):
+    if isinstance(raw, str) and HEX_ID.fullmatch(raw):
         return raw
     basis = str(raw).encode() if raw is not None else content
     return hashlib.sha256(b"cstp-import:" + basis).hexdigest()[:8]

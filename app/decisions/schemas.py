@@ -11,10 +11,12 @@ NonBlank = Annotated[str, Meta(pattern=r"\S", max_length=20_000)]
 ShortText = Annotated[str, Meta(pattern=r"\S", max_length=256)]
 Unit = Annotated[float, Meta(ge=0.0, le=1.0)]
 Tag = Annotated[str, Meta(pattern=r"\S", max_length=128)]
-DecisionId = Annotated[str, Meta(pattern=r"^[0-9a-f]{8}$")]
+# Whole-string patterns are anchored with \A and \Z: msgspec searches a pattern, and "$"
+# also matches before a final newline ("b8fe0ca9\n" would pass).
+DecisionId = Annotated[str, Meta(pattern=r"\A[0-9a-f]{8}\Z")]
 # Whole numbers that every database column holds (32-bit integer columns).
 Count = Annotated[int, Meta(ge=0, le=2_147_483_647)]
-CorrelationId = Annotated[str, Meta(pattern=r"^[A-Za-z0-9._:-]{1,128}$")]
+CorrelationId = Annotated[str, Meta(pattern=r"\A[A-Za-z0-9._:-]{1,128}\Z")]
 Stakes = Literal["low", "medium", "high", "critical"]
 Status = Literal["pending", "reviewed"]
 Outcome = Literal["success", "partial", "failure", "abandoned"]
@@ -23,7 +25,7 @@ ReasonType = Literal[
     "constraint",
 ]
 MentalState = Literal["deliberate", "reactive", "exploratory", "habitual", "pressured"]
-ReviewIn = Annotated[str, Meta(pattern=r"^[1-9][0-9]{0,3}[dwm]$")]
+ReviewIn = Annotated[str, Meta(pattern=r"\A[1-9][0-9]{0,3}[dwm]\Z")]
 Order = Literal["asc", "desc"]
 SortKey = Literal["createdAt", "confidence", "category", "stakes", "status"]
 

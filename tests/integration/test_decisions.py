@@ -203,7 +203,7 @@ async def test_get_decision_errors(rpc: Any) -> None:
     missing = await rpc.error("cstp.getDecision", {"id": "0000abcd"})
     assert missing["code"] == -32007
     assert missing["data"]["id"] == "0000abcd"
-    for params in ({"id": "xyz"}, {"id": 12345678}, {}):
+    for params in ({"id": "xyz"}, {"id": 12345678}, {}, {"id": "0000abcd\n"}):
         bad = await rpc.error("cstp.getDecision", params)
         assert bad["code"] == -32602, params
         assert bad["data"]["field"] == "id", params
@@ -244,6 +244,7 @@ INVALID = [
     ("reason-strength", _reason(strength=2), "reasons[0].strength"),
     ("mental-state", _with(mentalState="sleepy"), "mentalState"),
     ("review-in", _with(reviewIn="soon"), "reviewIn"),
+    ("review-in-newline", _with(reviewIn="5d\n"), "reviewIn"),
     ("tags-not-list", _with(tags="database"), "tags"),
     ("pr-not-int", _with(pr="abc"), "pr"),
 ]

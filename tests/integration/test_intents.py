@@ -317,7 +317,7 @@ async def test_correlation_id_is_generated_when_absent(rpc: Rpc, db: AsyncEngine
 
 
 async def test_invalid_correlation_id_is_32602_naming_the_field(rpc: Rpc) -> None:
-    for bad in ("has space", "x" * 129, "", "semi;colon", "ünïcode", 42):
+    for bad in ("has space", "x" * 129, "", "semi;colon", "ünïcode", 42, "c-1\n"):
         error = await rpc.error(ANNOUNCE, {"intent": "Add a cache", "correlationId": bad})
         assert error["code"] == -32602, bad
         assert error["data"]["field"] == "correlationId", bad

@@ -256,6 +256,16 @@ async def test_import_stores_the_rest_of_a_batch_the_database_refuses_one_of(
     assert [r["id"] for r in rows] == ["a0000001", "a0000002"]
 
 
+def test_an_imported_id_is_kept_only_when_it_is_exactly_eight_hex_characters() -> None:
+    from app.decisions.importer import decision_id
+
+    assert decision_id({"id": "0a0b0c0d"}, b"") == "0a0b0c0d"
+    for other in ("0a0b0c0d\n", "0A0B0C0D", "0a0b0c0d0", "legacy-1"):
+        derived = decision_id({"id": other}, b"")
+        assert derived != other and len(derived) == 8
+        assert all(c in "0123456789abcdef" for c in derived)
+
+
 async def test_imported_decisions_are_searchable(
     settings: Settings, embedder: Any, tmp_path: Path
 ) -> None:
