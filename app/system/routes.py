@@ -55,6 +55,15 @@ async def ready(request: Request) -> Response[dict[str, Any]]:  # type: ignore[t
     except Exception:
         checks["vectorIndex"] = "unreachable"
         failing.append("vectorIndex")
+    ping_limits = getattr(services.limiter, "ping", None)  # a shared store (Redis) only
+    if ping_limits is not None:
+        try:
+            await ping_limits()
+            checks["rateLimits"] = "ok"
+        except Exception:
+            # Every call is refused (-32603) while the budgets cannot be read: not ready.
+            checks["rateLimits"] = "unreachable"
+            failing.append("rateLimits")
     body: dict[str, Any] = {"status": "ready" if not failing else "not_ready", "checks": checks}
     if failing:
         body["failing"] = failing

@@ -162,6 +162,19 @@ async def test_over_budget_is_32002_per_agent_and_audited(
     assert [tuple(r) for r in ok] == [(agents.alice, 3), (agents.bob, 3)]
 
 
+async def test_ready_reports_the_rate_limit_store(
+    settings: Settings, embedder: Embedder, backend: str, agents: Agents
+) -> None:
+    async with limited_app(settings, embedder, backend, agents, LIMITS) as rpc:
+        response = await rpc.client.get("/ready")
+    assert response.status_code == 200, response.text
+    checks = response.json()["checks"]
+    if backend == "redis":
+        assert checks["rateLimits"] == "ok"
+    else:  # in memory: nothing to reach
+        assert "rateLimits" not in checks
+
+
 async def test_other_methods_share_the_default_budget_one_bucket_per_method(
     settings: Settings, embedder: Embedder, backend: str, agents: Agents
 ) -> None:

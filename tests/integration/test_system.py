@@ -64,6 +64,23 @@ async def test_ready_names_an_unreachable_vector_index(
     assert response.json()["failing"] == ["vectorIndex"]
 
 
+async def test_ready_names_an_unreachable_rate_limit_store(
+    settings: Settings, embedder: Any, free_port: int
+) -> None:
+    """With CSTP_REDIS_URL every call needs Redis: a worker that cannot reach it refuses
+    every call, so it must not say it is ready."""
+    app = create_app(replace(settings, redis_url=f"redis://127.0.0.1:{free_port}/0"),
+                     embedder=embedder)
+    async with serve_app(app) as client:
+        response = await client.get("/ready")
+        assert response.status_code == 503
+        assert response.json()["failing"] == ["rateLimits"]
+        assert response.json()["checks"]["rateLimits"] == "unreachable"
+        call = await client.post("/cstp", json=BODY,
+                                 headers={"Authorization": "Bearer token-alice"})
+        assert call.json()["error"] == {"code": -32603, "message": "Internal error"}
+
+
 async def test_ready_names_a_schema_behind_head(settings: Settings, embedder: Any) -> None:
     await migrate.downgrade(settings.database_url, "0001")
     app = create_app(settings, embedder=embedder)
