@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from litestar import Litestar
 
 from .auth import LOCAL_AGENT, TokenTable, ensure_local_token, load_tokens
-from .config import Settings
+from .config import ConfigError, Settings
 from .rpc.dispatcher import Dispatcher
 from .rpc.registry import Registry
 from .rpc.route import build_rpc_route
@@ -38,6 +38,16 @@ def build_registry() -> Registry:
     return registry
 
 
+def check_rate_limits(settings: Settings, registry: Registry) -> None:
+    """A budget for a method that does not exist (a typo) would never be applied: refuse it."""
+    unknown = sorted(set(settings.rate_limits) - {"default"} - set(registry.names()))
+    if unknown:
+        raise ConfigError(
+            f"CSTP_RATE_LIMITS names no method of this server: {', '.join(unknown)} "
+            f"(use 'default' or one of: {', '.join(registry.names())})"
+        )
+
+
 def resolve_tokens(settings: Settings) -> TokenTable:
     tokens = load_tokens(settings)
     if not tokens:
@@ -58,9 +68,10 @@ def create_app(
     start_relay: bool = True,
 ) -> Litestar:
     settings = settings or Settings.from_env()
+    registry = build_registry()
+    check_rate_limits(settings, registry)
     tokens = resolve_tokens(settings)
     services = build_services(settings, runtime, embedder)
-    registry = build_registry()
     dispatcher = Dispatcher(registry, services)
 
     @asynccontextmanager

@@ -50,6 +50,7 @@ def serve(host: str | None, port: int | None, workers: int) -> None:
 
     from .auth import LOCAL_AGENT, ensure_local_token, load_tokens
     from .db import migrate
+    from .guardrails.rules import RuleFileError
 
     settings = _settings()
     _setup_logging(settings.log_level)
@@ -57,7 +58,8 @@ def serve(host: str | None, port: int | None, workers: int) -> None:
     port = port or settings.port
     try:
         tokens = load_tokens(settings)
-    except ConfigError as exc:
+        _preflight(settings)
+    except (ConfigError, RuleFileError) as exc:
         raise click.ClickException(str(exc)) from None
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     _run(lambda: migrate.upgrade(settings.database_url))
@@ -87,6 +89,16 @@ def serve(host: str | None, port: int | None, workers: int) -> None:
         "app.asgi:create_app", factory=True, host=host, port=port, workers=workers,
         log_level=settings.log_level.lower(), access_log=False,
     )
+
+
+def _preflight(settings: Settings) -> None:
+    """What the server process checks when it starts, checked here before it is started, so a
+    mistake is one line on stderr instead of a traceback after "listening on"."""
+    from .asgi import build_registry, check_rate_limits
+    from .guardrails.rules import load_rules, rule_dirs
+
+    check_rate_limits(settings, build_registry())
+    load_rules(rule_dirs(settings.guardrails_dir))
 
 
 def _redact(url: str) -> str:

@@ -58,13 +58,12 @@ def build_services(
 ) -> Services:
     """Build without I/O beyond reading the rule files (which must fail at start-up)."""
     from .decisions.writer import RecordWriter
-    from .guardrails.rules import SHIPPED_RULES_DIR, load_rules
+    from .guardrails.rules import load_rules, rule_dirs
     from .outbox.relay import Relay
     from .search.index import VectorIndex
 
     runtime = runtime or Runtime()
-    dirs = [SHIPPED_RULES_DIR] + ([settings.guardrails_dir] if settings.guardrails_dir else [])
-    rules = load_rules(dirs)
+    rules = load_rules(rule_dirs(settings.guardrails_dir))
     limiter: RateLimiter
     if settings.redis_url:
         limiter = RedisRateLimiter(settings.redis_url, settings.rate_limits)

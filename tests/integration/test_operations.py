@@ -256,6 +256,44 @@ async def test_import_stores_the_rest_of_a_batch_the_database_refuses_one_of(
     assert [r["id"] for r in rows] == ["a0000001", "a0000002"]
 
 
+@pytest.mark.parametrize(("variable", "value", "expected"), [
+    ("CSTP_RATE_LIMITS", "default=600/60,cstp.anounceIntent=1/60",
+     "CSTP_RATE_LIMITS names no method of this server: cstp.anounceIntent"),
+    ("CSTP_RATE_LIMITS", "cstp.*=1/60", "CSTP_RATE_LIMITS names no method of this server: cstp.*"),
+    ("CSTP_GUARDRAILS_DIR", "RULES", "unknown key 'mesage'"),
+])
+def test_serve_refuses_a_mistake_in_its_configuration_in_one_line(
+    settings: Settings, tmp_path: Path, variable: str, value: str, expected: str
+) -> None:
+    """A budget for a method that does not exist would silently never apply; a bad rule file
+    would stop the server after it said it was listening. Both stop ``serve`` first."""
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "typo.yaml").write_text(
+        "guardrails:\n  - id: no-friday-deploys\n    action: block\n"
+        "    mesage: No deploys on Fridays\n"
+        "    conditions: [{field: category, op: eq, value: process}]\n", encoding="utf-8")
+    env = dict(_env(settings), **{variable: str(rules) if value == "RULES" else value})
+    # Two workers without a Chroma server stop serve just before it would start the server,
+    # after "listening on": without the checks the test fails there instead of serving.
+    result = CliRunner().invoke(main, ["serve", "--workers", "2"], env=env)
+    assert result.exit_code == 1, result.output
+    assert expected in result.output
+    assert "listening on" not in result.output and "Traceback" not in result.output
+
+
+def test_a_budget_for_an_unknown_method_stops_the_app_too(
+    settings: Settings, embedder: Any
+) -> None:
+    from dataclasses import replace
+
+    from app.config import ConfigError, parse_rate_limits
+
+    typo = replace(settings, rate_limits=parse_rate_limits("cstp.recordDecisions=5/60"))
+    with pytest.raises(ConfigError, match="cstp.recordDecisions"):
+        create_app(typo, embedder=embedder)
+
+
 def test_an_imported_id_is_kept_only_when_it_is_exactly_eight_hex_characters() -> None:
     from app.decisions.importer import decision_id
 
