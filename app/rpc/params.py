@@ -32,6 +32,9 @@ ALIASES = {
 
 # Keys whose object values are free-form facts: kept as sent, nulls included.
 FREE_FORM = frozenset({"metadata", "context", "affectedKpis"})
+# What ``project_context`` (SPEC section 2: "an object holding the project fields") may fill
+# in; a field sent at the top level wins.
+PROJECT_FIELDS = ("project", "feature", "pr", "file", "line", "commit")
 
 
 def _strip_nulls(value: Any) -> Any:
@@ -48,7 +51,8 @@ def _camel(key: str) -> str:
 
 
 def normalize(params: dict[str, Any]) -> dict[str, Any]:
-    """Apply aliases (camelCase wins when both are sent) and drop nulls."""
+    """Apply aliases (camelCase wins when both are sent) and drop nulls; the project fields
+    of ``project_context`` fill in those not sent at the top level."""
     out: dict[str, Any] = {}
     project_context = params.get("project_context")
     for key, value in params.items():
@@ -62,9 +66,9 @@ def normalize(params: dict[str, Any]) -> dict[str, Any]:
             value = {_camel(k): v for k, v in value.items()}
         out[name] = value
     if isinstance(project_context, dict):
-        for key, value in project_context.items():
-            if value is not None:
-                out.setdefault(key, value)
+        for key in PROJECT_FIELDS:
+            if project_context.get(key) is not None:
+                out.setdefault(key, project_context[key])
     return out
 
 
@@ -98,14 +102,25 @@ def decode(params: dict[str, Any], struct: type[T]) -> T:
     """Validate ``params`` (already an object) into ``struct`` or raise -32602. Only the
     params ``struct`` knows are read (unknown ones are ignored, SPEC section 2)."""
     known = _wire_names(struct)
+    context = params.get("project_context")
+    if context is not None and not isinstance(context, dict) and known & set(PROJECT_FIELDS):
+        raise invalid_params("project_context", "must be an object holding the project fields")
     normalized = {k: v for k, v in normalize(params).items() if k in known}
+    # The params that came from project_context: an error in one names it there.
+    borrowed = {k for k in PROJECT_FIELDS if k in normalized and params.get(k) is None}
+
+    def where(field: str) -> str:
+        return f"project_context.{field}" if field in borrowed else field
+
     nul = nul_path(normalized)
     if nul is not None:
-        raise invalid_params(nul, "must not contain NUL characters")
+        raise invalid_params(where(nul), "must not contain NUL characters")
     try:
         return msgspec.convert(normalized, struct, strict=True)
     except msgspec.ValidationError as exc:
-        raise _to_invalid_params(str(exc), struct) from None
+        error = _to_invalid_params(str(exc), struct)
+        error.data["field"] = where(error.data["field"])
+        raise error from None
 
 
 _AT = re.compile(r"^(?P<msg>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)

@@ -305,6 +305,27 @@ async def test_unknown_params_are_ignored_and_null_means_absent(
                          "status", "date", "recorded_by"]
 
 
+async def test_project_context_fills_in_the_project_fields_only(rpc: Any) -> None:
+    """SPEC section 2: project_context is "an object holding the project fields"; it is no
+    back door for the other params."""
+    base = {"decision": "Cache embeddings on disk", "category": "tooling"}
+    sneaked = await rpc.error("cstp.recordDecision", dict(
+        base, project_context={"confidence": 0.9, "project": "p1"}))
+    assert sneaked["code"] == -32602 and sneaked["data"]["field"] == "confidence"
+    for not_an_object in ("p1", ["p1"], 3):
+        error = await rpc.error("cstp.recordDecision", dict(
+            base, confidence=0.9, project_context=not_an_object))
+        assert error["code"] == -32602, not_an_object
+        assert error["data"]["field"] == "project_context", not_an_object
+    wrong = await rpc.error("cstp.recordDecision", dict(
+        base, confidence=0.9, project_context={"pr": "abc"}))
+    assert wrong["data"]["field"] == "project_context.pr"
+    both = await rpc.ok("cstp.recordDecision", dict(
+        base, confidence=0.9, project="top", project_context={"project": "ctx", "feature": "f"}))
+    stored = (await rpc.ok("cstp.getDecision", {"id": both["id"]}))["decision"]
+    assert stored["project"] == "top" and stored["feature"] == "f"
+
+
 async def test_snake_case_aliases(rpc: Any, settings: Settings) -> None:
     params = {
         **simple("Cache embeddings on disk"),
