@@ -109,7 +109,9 @@ class Dispatcher:
             async with self.services.db.transaction(write=method.writes) as session:
                 ctx = CallContext(agent, method.name, self.services, session)
                 result = await method.handler(ctx, params)
-        except SQLAlchemyError:
+        except (SQLAlchemyError, OSError):
+            # OSError: asyncpg raises ConnectionRefusedError (and TimeoutError) unwrapped when
+            # it cannot reach Postgres; that is the database, not a bug in the server.
             log.exception("database error in %s", method.name)
             raise storage_error() from None
         for callback in ctx.after_commit:

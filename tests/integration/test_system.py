@@ -81,6 +81,31 @@ async def test_ready_names_an_unreachable_rate_limit_store(
         assert call.json()["error"] == {"code": -32603, "message": "Internal error"}
 
 
+async def test_an_unreachable_postgres_is_a_storage_error_not_a_bug(
+    settings: Settings, embedder: Any, free_port: int
+) -> None:
+    """asyncpg raises ConnectionRefusedError (an OSError) unwrapped: each call must still
+    be -32005, which SPEC gives to "the database could not be written or read"."""
+    down = replace(settings, database_url=f"postgresql+asyncpg://postgres@127.0.0.1:{free_port}/x")
+    app = create_app(down, embedder=embedder)
+    calls = {
+        "cstp.listDecisions": {},
+        "cstp.getDecision": {"id": "0000abcd"},
+        "cstp.recordDecision": {"decision": "Use Redis for caching", "confidence": 0.8,
+                                "category": "architecture"},
+        "cstp.reviewDecision": {"id": "0000abcd", "outcome": "success"},
+        "cstp.checkGuardrails": {"action": {"description": "Add a cache"}},
+        "cstp.announceIntent": {"intent": "Add a cache"},
+        "cstp.getCalibration": {},
+    }
+    async with serve_app(app) as client:
+        for method, params in calls.items():
+            response = await client.post("/cstp", headers={"Authorization": "Bearer token-alice"},
+                                         json={"jsonrpc": "2.0", "id": 1, "method": method,
+                                               "params": params})
+            assert response.json()["error"]["code"] == -32005, (method, response.text)
+
+
 async def test_ready_names_a_schema_behind_head(settings: Settings, embedder: Any) -> None:
     await migrate.downgrade(settings.database_url, "0001")
     app = create_app(settings, embedder=embedder)
