@@ -189,6 +189,10 @@ def parse_file(path: Path, categories: tuple[str, ...]) -> Decision:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise Unreadable(f"not valid YAML{where}") from None
+    except RecursionError:
+        raise Unreadable("nested too deeply") from None
+    except (ValueError, OverflowError) as exc:  # e.g. a date 2025-02-30 (PyYAML's own)
+        raise Unreadable(f"a value cannot be read: {str(exc)[:200]}") from None
     if not isinstance(data, dict):
         raise Unreadable("not a mapping of decision fields")
     text = _text(data, "decision") or _text(data, "summary") or _text(data, "title")
@@ -196,7 +200,7 @@ def parse_file(path: Path, categories: tuple[str, ...]) -> Decision:
         raise Unreadable("decision: missing")
     confidence = data.get("confidence")
     if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not (
-        0.0 <= float(confidence) <= 1.0
+        0.0 <= confidence <= 1.0  # compared as it is: float() of a huge int overflows
     ):
         raise Unreadable("confidence: must be a number between 0.0 and 1.0")
     category = _choice(data.get("category"), set(categories), "category")
@@ -235,8 +239,10 @@ def _reason(position: int, raw: Any) -> DecisionReason:
     if not isinstance(raw, dict) or not isinstance(raw.get("text"), str):
         raise Unreadable(f"reasons[{position}]: needs a text")
     strength = raw.get("strength", 0.8)
-    if isinstance(strength, bool) or not isinstance(strength, (int, float)):
-        raise Unreadable(f"reasons[{position}].strength: must be a number")
+    if isinstance(strength, bool) or not isinstance(strength, (int, float)) or not (
+        0.0 <= strength <= 1.0
+    ):
+        raise Unreadable(f"reasons[{position}].strength: must be a number between 0.0 and 1.0")
     kind = _choice(raw.get("type", "analysis"), REASON_TYPES, f"reasons[{position}].type")
     text = _checked(raw["text"], f"reasons[{position}].text", None)
     return DecisionReason(position=position, type=kind, text=text, strength=float(strength))
@@ -277,6 +283,9 @@ async def import_tree(services: Services, root: Path, progress: Progress | None 
             reason = str(exc)
         except OSError as exc:
             reason = exc.strerror or "unreadable"
+        except Exception as exc:  # noqa: BLE001 - one odd file must not stop the import
+            log.warning("import of %s failed", path, exc_info=True)
+            reason = f"cannot be imported ({type(exc).__name__})"
         report.failed.append((str(path.relative_to(root)), reason))
         return None
 

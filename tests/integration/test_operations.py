@@ -187,6 +187,8 @@ def test_import_lists_each_bad_file_and_imports_the_rest(
         "huge-pr.yaml": {"pr": 2**40},
         "nul.yaml": {"context": "before\x00after"},
         "nul-in-kpis.yaml": {"outcome": "success", "affected_kpis": {"note": "a\x00b"}},
+        "huge-confidence.yaml": {"confidence": 10**400},
+        "huge-strength.yaml": {"reasons": [{"text": "It scales", "strength": 10**400}]},
     }
     for name, fields in bad.items():
         (journal / name).write_text(yaml.safe_dump({**good, **fields}), encoding="utf-8")
@@ -200,9 +202,13 @@ def test_import_lists_each_bad_file_and_imports_the_rest(
         encoding="utf-8")
     (journal / "one-tag.yaml").write_text(yaml.safe_dump(
         {**good, "decision": "Tag it once", "tags": "database"}), encoding="utf-8")
+    head = "decision: Odd values\ncategory: process\nconfidence: 0.5\n"
+    (journal / "impossible-date.yaml").write_text(head + "date: 2025-02-30\n", encoding="utf-8")
+    (journal / "deep.yaml").write_text(
+        head + "date: 2025-01-03\ncontext: " + "[" * 5000 + "]" * 5000 + "\n", encoding="utf-8")
     result = CliRunner().invoke(main, ["import", str(journal)], env=_env(settings))
     assert result.exit_code == 1, result.output
-    assert "files 14, new 5, already present 0, failed 9" in result.output, result.output
+    assert "files 18, new 5, already present 0, failed 13" in result.output, result.output
     reasons = dict(re.findall(r"could not import (\S+): (.+)", result.output))
     assert reasons == {
         "tags-not-a-list.yaml": "tags: must be a list",
@@ -214,6 +220,10 @@ def test_import_lists_each_bad_file_and_imports_the_rest(
         "huge-pr.yaml": "pr: out of range",
         "nul.yaml": "context: holds a NUL character",
         "nul-in-kpis.yaml": "affected_kpis.note: holds a NUL character",
+        "huge-confidence.yaml": "confidence: must be a number between 0.0 and 1.0",
+        "huge-strength.yaml": "reasons[0].strength: must be a number between 0.0 and 1.0",
+        "impossible-date.yaml": "a value cannot be read: day is out of range for month",
+        "deep.yaml": "nested too deeply",
     }, result.output
     assert "Traceback" not in result.output
     exported = {p.read_text(encoding="utf-8") for p in settings.decisions_dir.rglob("*.yaml")}
