@@ -89,11 +89,41 @@ class Relay:
         """Process events this process holds the lease of (the inline pass after commit).
 
         ``decisions`` are the just-committed rows, when the caller has them, so they are not
-        read back; they are exactly what was committed."""
+        read back; they are exactly what was committed. An event whose lease has run out, or
+        nearly (a pass held up by a stalled index or a busy machine), is taken back first
+        (``_retake``) and left alone when another relay claimed it meanwhile."""
+        events = await self._retake(events)
         work = [(e.id, e.kind, e.decision_id, e.attempts) for e in events]
         results = await run_events(self, work, {d.id: d for d in decisions})
         self._settle_later(work, results)
         return self._outcome(work, results)
+
+    async def _retake(self, events: Sequence[OutboxEvent]) -> list[OutboxEvent]:
+        """The events still ours: those with at least half their lease left as they are, the
+        others only when a conditional update renews the lease this process took (the row
+        still holds that lease's end: no relay has claimed the event since)."""
+        now = self.runtime.now()
+        late = [e for e in events if e.available_at - now < LEASE / 2]
+        if not late:
+            return list(events)
+        lost: set[int] = set()
+        async with self.db.transaction(write=True) as session:
+            for event in late:
+                renewed = await session.execute(
+                    update(OutboxEvent)
+                    .where(OutboxEvent.id == event.id, OutboxEvent.status == "pending",
+                           OutboxEvent.available_at == event.available_at)
+                    .values(available_at=now + LEASE)
+                )
+                if renewed.rowcount != 1:  # type: ignore[attr-defined]
+                    lost.add(event.id)
+        for event in late:
+            if event.id not in lost:
+                event.available_at = now + LEASE
+        if lost:
+            log.warning("%d outbox event(s) left to the relay that claimed them when their "
+                        "lease ran out", len(lost))
+        return [e for e in events if e.id not in lost]
 
     def _settle_later(
         self, events: list[tuple[int, str, str, int]], results: dict[int, str | None]

@@ -18,7 +18,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from app.config import Settings
 from app.db.decisions import Decision
 from app.db.outbox import OutboxEvent
 from app.outbox.relay import Relay
+from app.runtime import Runtime
 from app.search.embedder import Embedder
 from app.search.index import IndexUnavailable, VectorIndex
 from app.services import Services, build_services
@@ -501,6 +502,55 @@ async def _insert_due_events(services: Services, count: int) -> list[str]:
         await session.flush()
         await session.execute(update(OutboxEvent).values(available_at=now - timedelta(seconds=1)))
     return ids
+
+
+async def test_a_late_inline_pass_leaves_events_another_relay_claimed_alone(
+    settings: Settings, embedder: Embedder
+) -> None:
+    """The writer leases its events for its inline pass (LEASE, 30 s). A pass that starts
+    late (held up by a stalled index, say) must not work on events that another relay
+    claimed when that lease ran out; events nobody claimed it renews and processes."""
+    clock = {"now": datetime(2026, 11, 30, 12, 0, tzinfo=UTC)}
+    services = build_services(settings, Runtime(now=lambda: clock["now"]), embedder)
+    try:
+        events: dict[str, list[OutboxEvent]] = {}
+        decisions: dict[str, Decision] = {}
+        async with services.db.transaction(write=True) as session:
+            for n, key in enumerate(("claimed", "unclaimed")):
+                text = decision_text(n)
+                decisions[key] = Decision(
+                    id=f"{n:08x}", summary=text, decision=text, category=CATEGORIES[0],
+                    confidence=0.5, stakes="medium", status="pending", created_at=clock["now"],
+                    recorded_by="alice", reasons=[], tags=[])
+                session.add(decisions[key])
+                events[key] = services.relay.enqueue(session, decisions[key].id)
+        clock["now"] += timedelta(seconds=31)  # the lease has run out ...
+        claimed_until = clock["now"] + timedelta(seconds=30)
+        async with services.db.transaction(write=True) as session:  # ... and a relay took it
+            await session.execute(
+                update(OutboxEvent).where(OutboxEvent.decision_id == decisions["claimed"].id)
+                .values(available_at=claimed_until))
+
+        late = await services.relay.process(events["claimed"], [decisions["claimed"]])
+        assert (late.done, late.failed) == (0, 0)
+        renewed = await services.relay.process(events["unclaimed"], [decisions["unclaimed"]])
+        assert renewed.done == 2 and renewed.failed == 0
+        await services.relay.flush()
+
+        async with services.db.transaction(write=False) as session:
+            rows = (await session.execute(
+                select(OutboxEvent.decision_id, OutboxEvent.status, OutboxEvent.attempts,
+                       OutboxEvent.available_at))).all()
+        states = {(r[0], r[1], r[2]) for r in rows}
+        assert states == {(decisions["claimed"].id, "pending", 0),
+                          (decisions["unclaimed"].id, "done", 0)}
+        assert {r[3] for r in rows if r[0] == decisions["claimed"].id} == {claimed_until}
+        files, _others = yaml_tree(settings.decisions_dir)
+        assert set(files) == {decisions["unclaimed"].id}
+        assert await indexed_ids(services.index, [d.id for d in decisions.values()]) == {
+            decisions["unclaimed"].id}
+    finally:
+        await services.close()
 
 
 @asynccontextmanager
