@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -154,6 +155,7 @@ class ChromaCollection:
         self._client: ClientAPI | None = None
         self._collection: Collection | None = None
         self._closed = False
+        self._failed: tuple[float, Exception] | None = None  # when the last attempt failed
 
     @property
     def client(self) -> ClientAPI | None:
@@ -166,21 +168,36 @@ class ChromaCollection:
             self._name = name
 
     def get(self) -> Collection:
-        """The collection, connecting (and creating it) first when needed."""
+        """The collection, connecting (and creating it) first when needed.
+
+        One attempt at a time, under the lock; the calls that waited for an attempt that
+        failed fail with it instead of each trying again in turn (with a server that does
+        not answer, each try costs the connect timeout)."""
+        asked = time.monotonic()
         with self._lock:
             if self._closed:
                 raise IndexUnavailable("vector index is closed")
             if self._collection is None:
-                if self._client is None:
-                    self._client = self.connect()
-                    self._stats.connects += 1
-                collection = self._client.get_or_create_collection(
-                    self._name,
-                    configuration={"hnsw": {"space": "cosine", "sync_threshold": SYNC_THRESHOLD}},
-                    metadata={"embedder": str(getattr(self._embedder, "model_id", "unknown"))},
-                    embedding_function=None,
-                )
-                self._collection = _tuned(self._client, collection)
+                failed = self._failed
+                if failed is not None and failed[0] >= asked:
+                    raise unavailable(failed[1])
+                try:
+                    if self._client is None:
+                        self._client = self.connect()
+                        self._stats.connects += 1
+                    collection = self._client.get_or_create_collection(
+                        self._name,
+                        configuration={"hnsw": {"space": "cosine",
+                                                "sync_threshold": SYNC_THRESHOLD}},
+                        metadata={"embedder": str(getattr(self._embedder, "model_id",
+                                                          "unknown"))},
+                        embedding_function=None,
+                    )
+                    self._collection = _tuned(self._client, collection)
+                except Exception as exc:
+                    self._failed = (time.monotonic(), exc)
+                    raise
+                self._failed = None
             return self._collection
 
     def invalidate(self, failed: Collection | None) -> None:

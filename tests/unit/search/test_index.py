@@ -206,14 +206,14 @@ class _StallingChroma:
     request without an answer until ``release`` is set: a Chroma server that hangs right
     after it looked healthy."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, heartbeat: bool = True) -> None:
         self.release = threading.Event()
         self.stalled = 0
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # the name http.server looks for
-                if self.path == "/api/v2/heartbeat":
+                if self.path == "/api/v2/heartbeat" and heartbeat:
                     body = b'{"nanosecond heartbeat": 1}'
                     self.send_response(200)
                     self.send_header("Content-Type", "application/json")
@@ -266,6 +266,30 @@ async def test_a_server_that_stalls_after_its_heartbeat_fails_the_calls_in_bound
             await asyncio.sleep(0.05)
         assert not any(t.name == "chroma-connect" for t in threading.enumerate())
         await assert_unavailable_fast(index.ping)  # a new attempt (the server hangs up now)
+        assert fake.stalled == 2
+    finally:
+        await index.aclose()
+        fake.close()
+
+
+async def test_calls_that_waited_for_a_failed_connection_attempt_fail_with_it(
+    embedder: Embedder
+) -> None:
+    """A server that accepts connections and answers nothing (not even the heartbeat): the
+    calls waiting behind one connection attempt must not each try again in turn, which
+    would cost every call the connect timeout of all the calls before it."""
+    fake = _StallingChroma(heartbeat=False)
+    index = VectorIndex.http(f"http://127.0.0.1:{fake.port}", embedder,
+                             connect_timeout=1.0, request_timeout=1.0)
+    try:
+        started = time.monotonic()
+        results = await asyncio.wait_for(asyncio.gather(
+            *(index.count() for _ in range(5)), return_exceptions=True), timeout=30)
+        elapsed = time.monotonic() - started
+        assert all(isinstance(r, IndexUnavailable) for r in results), results
+        assert fake.stalled == 1, fake.stalled  # one heartbeat asked, not five in a row
+        assert elapsed < 2.5, elapsed  # one connect timeout, not five
+        await assert_unavailable_fast(index.count)  # a later call tries again
         assert fake.stalled == 2
     finally:
         await index.aclose()
