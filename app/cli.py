@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -235,6 +236,7 @@ def import_tree_command(directory: Path) -> None:
 
     Exits 1 when a file could not be imported or an event is left to retry."""
     from .decisions.importer import import_tree
+    from .outbox.relay import LEASE
 
     async def work(services: Any) -> Any:
         with click.progressbar(length=1, label="importing", file=sys.stderr) as bar:
@@ -243,18 +245,27 @@ def import_tree_command(directory: Path) -> None:
                 bar.update(done - bar.pos)
 
             report = await import_tree(services, directory, progress=progress)
-        stats = await services.relay.drain()  # the imported decisions' events are due now
-        return report, stats
+        await services.relay.drain()  # the imported decisions' events are due now
+        # A running server's relay may have claimed some of them: wait for it, at most as
+        # long as its lease, then report the events' state as the database has it.
+        done, working, left = await services.relay.progress_of(report.new_ids)
+        deadline = time.monotonic() + LEASE.total_seconds() + 5
+        if working:
+            click.echo(f"waiting for {working} event(s) another relay is working on", err=True)
+        while working and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+            done, working, left = await services.relay.progress_of(report.new_ids)
+        return report, done, working + left
 
-    report, stats = _with_services(work)
+    report, done, left = _with_services(work)
     for name, reason in report.failed:
         click.echo(f"could not import {name}: {reason}", err=True)
     click.echo(
         f"files {report.files}, new {report.new}, already present {report.existing}, "
-        f"failed {len(report.failed)}; indexed and exported: {stats.done} event(s), "
-        f"{stats.failed} to retry"
+        f"failed {len(report.failed)}; indexed and exported: {done} event(s), "
+        f"{left} to retry"
     )
-    if report.failed or stats.failed:
+    if report.failed or left:
         sys.exit(1)
 
 

@@ -61,6 +61,7 @@ class ImportReport:
     new: int = 0
     existing: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)
+    new_ids: list[str] = field(default_factory=list)  # the decisions this import added
 
 
 def find_files(root: Path) -> list[Path]:
@@ -292,7 +293,7 @@ async def import_tree(services: Services, root: Path, progress: Progress | None 
     for chunk in _chunks(files, BATCH):
         parsed = [(path, d) for path in chunk if (d := parsed_or_listed(path)) is not None]
         try:
-            new, existing = await _store(services, [d for _, d in parsed])
+            new, existing = await _store(services, [d for _, d in parsed], report.new_ids)
         except SQLAlchemyError:
             # One file the database refuses would fail the whole batch: store them one by
             # one (parsed again: the failed transaction's objects are not reused).
@@ -302,7 +303,7 @@ async def import_tree(services: Services, root: Path, progress: Progress | None 
                 if decision is None:
                     continue
                 try:
-                    one_new, one_existing = await _store(services, [decision])
+                    one_new, one_existing = await _store(services, [decision], report.new_ids)
                 except SQLAlchemyError as exc:
                     log.warning("import of %s refused by the database: %s", path, exc)
                     report.failed.append((str(path.relative_to(root)),
@@ -317,9 +318,12 @@ async def import_tree(services: Services, root: Path, progress: Progress | None 
     return report
 
 
-async def _store(services: Services, decisions: list[Decision]) -> tuple[int, int]:
-    """Store the decisions not stored yet, in one transaction; returns (new, already there)."""
+async def _store(services: Services, decisions: list[Decision],
+                 new_ids: list[str]) -> tuple[int, int]:
+    """Store the decisions not stored yet, in one transaction; returns (new, already there)
+    and adds the new ones' ids to ``new_ids`` once they are committed."""
     new = existing = 0
+    added: list[str] = []
     async with services.db.transaction(write=True) as session:
         ids = [d.id for d in decisions]
         known = set(await session.scalars(select(Decision.id).where(Decision.id.in_(ids))))
@@ -333,7 +337,9 @@ async def _store(services: Services, decisions: list[Decision]) -> tuple[int, in
                 session.add(_history_row(decision))
             # Due at once: this command (or a running server) carries them out.
             services.relay.enqueue(session, decision.id, leased=False)
+            added.append(decision.id)
             new += 1
+    new_ids.extend(added)
     return new, existing
 
 

@@ -301,6 +301,27 @@ class Relay:
                 )
             )
 
+    async def progress_of(self, decision_ids: Sequence[str]) -> tuple[int, int, int]:
+        """(done, being worked on by a relay, left) of the events of ``decision_ids``: an
+        event not done is "being worked on" while a lease on it runs (never attempted, due
+        in the future), else it is left to a retry (or dead)."""
+        now = self.runtime.now()
+        done = working = left = 0
+        async with self.db.transaction(write=False) as session:
+            for start in range(0, len(decision_ids), 500):
+                rows = await session.execute(
+                    select(OutboxEvent.status, OutboxEvent.attempts, OutboxEvent.available_at)
+                    .where(OutboxEvent.decision_id.in_(decision_ids[start:start + 500]))
+                )
+                for status, attempts, available_at in rows.all():
+                    if status == "done":
+                        done += 1
+                    elif status == "pending" and attempts == 0 and available_at > now:
+                        working += 1
+                    else:
+                        left += 1
+        return done, working, left
+
     async def counts(self) -> dict[str, int]:
         async with self.db.transaction(write=False) as session:
             rows = await session.execute(

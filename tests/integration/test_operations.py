@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from datetime import UTC, datetime
@@ -20,6 +21,7 @@ from app.cli import main
 from app.config import Settings
 from app.db import migrate
 from app.search.reindex import reindex
+from app.services import build_services
 
 ROOT = Path(__file__).resolve().parents[2]
 WHEN = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
@@ -166,6 +168,51 @@ def test_import_of_a_thousand_files_is_idempotent_and_reports_bad_files(
     assert second.exit_code == 0, second.output
     assert "new 0" in second.output and "already present 1000" in second.output
     assert "failed 0" in second.output
+
+
+async def test_import_waits_for_the_events_a_running_server_claimed(
+    settings: Settings, embedder: Any, tmp_path: Path
+) -> None:
+    """A server's relay loop may claim the imported decisions' events before the command's
+    own drain does; the command must wait for that relay, and report what the database says
+    at the end, not what it did itself."""
+    journal = tmp_path / "journal"
+    _journal(journal, 250)  # two batches: the server claims the first's while the second
+    (journal / "2025" / "broken.yaml").unlink()  # is stored, before the command's drain
+    server = build_services(settings, embedder=embedder)  # a running server's relay
+    claimed, release, stop = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    process = server.relay._process
+
+    async def slow_process(events: list[tuple[int, str, str, int]]) -> Any:
+        claimed.set()
+        await asyncio.wait_for(release.wait(), 60)
+        return await process(events)
+
+    server.relay._process = slow_process  # type: ignore[method-assign]
+
+    async def relay_loop() -> None:
+        while not stop.is_set():
+            await server.relay.run_due()
+            await asyncio.sleep(0.02)
+
+    loop_task = asyncio.create_task(relay_loop())
+    try:
+        command = asyncio.create_task(asyncio.to_thread(
+            CliRunner().invoke, main, ["import", str(journal)], env=_env(settings)))
+        await asyncio.wait_for(claimed.wait(), 60)
+        await asyncio.sleep(1.0)  # the command has stored and drained what was left to it
+        assert not command.done()
+        release.set()
+        result = await asyncio.wait_for(command, 90)
+    finally:
+        release.set()
+        stop.set()
+        await loop_task
+        await server.close()
+    assert result.exit_code == 0, result.output
+    assert "another relay is working on" in result.output, result.output
+    assert "indexed and exported: 500 event(s), 0 to retry" in result.output, result.output
+    assert len(list(settings.decisions_dir.rglob("*.yaml"))) == 250
 
 
 def test_import_lists_each_bad_file_and_imports_the_rest(
