@@ -162,6 +162,11 @@ class ChromaCollection:
         """The current client, if connected."""
         return self._client
 
+    @property
+    def name(self) -> str:
+        """The name of the collection this looks up."""
+        return self._name
+
     def rename(self, name: str) -> None:
         """Look the collection up by ``name`` from now on."""
         with self._lock:

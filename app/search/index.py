@@ -112,6 +112,11 @@ class VectorIndex:
                                  request_timeout=request_timeout)
         return cls(connect, embedder, collection, remote=True)
 
+    @property
+    def name(self) -> str:
+        """The name of this index's collection."""
+        return self._chroma.name
+
     def sibling(self, collection: str) -> VectorIndex:
         """The same Chroma (and embedder) with another collection, e.g. to rebuild into."""
         return VectorIndex(self._chroma.connect, self._embedder, collection,
@@ -137,6 +142,21 @@ class VectorIndex:
 
         await self._op(op)
         self._chroma.rename(live)
+
+    async def drop_collections(self, prefixes: Sequence[str]) -> list[str]:
+        """Delete every collection of this Chroma whose name starts with one of ``prefixes``
+        (never this index's own); returns their names."""
+
+        def op(own: Collection) -> list[str]:
+            client = self._chroma.client
+            assert client is not None
+            names = sorted(getattr(col, "name", col) for col in client.list_collections())
+            doomed = [n for n in names if n.startswith(tuple(prefixes)) and n != own.name]
+            for name in doomed:
+                client.delete_collection(name)
+            return doomed
+
+        return await self._op(op)
 
     async def _call(self, fn: Callable[[], T]) -> T:
         """Run blocking work (Chroma, embedding) in a worker thread, counting failures."""

@@ -8,6 +8,7 @@ Documents are built by app.decisions.document, the same function every write pat
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -23,8 +24,12 @@ if TYPE_CHECKING:
 
     from .index import VectorIndex
 
+log = logging.getLogger("cstp.reindex")
+
 Progress = Callable[[int, int], None]
 LIVE_COLLECTION = "decisions"
+REBUILD_PREFIX = f"{LIVE_COLLECTION}-rebuild-"
+LEFTOVER_PREFIXES = (REBUILD_PREFIX, f"{LIVE_COLLECTION}-retired-")
 BATCH = 256
 
 
@@ -59,12 +64,27 @@ async def reindex(services: Services, progress: Progress | None = None) -> int:
     started = services.runtime.now() - timedelta(seconds=5)
     async with services.db.transaction(write=False) as session:
         total = int(await session.scalar(select(func.count()).select_from(Decision)) or 0)
-    target = services.index.sibling(f"{LIVE_COLLECTION}-rebuild-{uuid.uuid4().hex[:8]}")
+    # What an earlier run that failed or was killed left behind: a partial copy, or the old
+    # collection renamed aside. Both are derived data that this run rebuilds anyway.
+    left = await services.index.drop_collections(LEFTOVER_PREFIXES)
+    if left:
+        log.warning("dropped %d collection(s) left by an earlier reindex: %s",
+                    len(left), ", ".join(left))
+    target = services.index.sibling(f"{REBUILD_PREFIX}{uuid.uuid4().hex[:8]}")
+    promoted = False
     try:
         count = await _copy(services, target, None, progress, total)
         await target.promote(LIVE_COLLECTION)
+        promoted = True
         touched = or_(Decision.created_at >= started, Decision.reviewed_at >= started)
         await _copy(services, target, touched, None, 0)
+    except BaseException:
+        if not promoted:  # a partial copy, useless: best effort, the next run drops it too
+            try:
+                await services.index.drop_collections([target.name])
+            except Exception:  # noqa: BLE001 - the failure that matters is being raised
+                log.warning("could not drop the partial collection %s", target.name)
+        raise
     finally:
         await target.aclose()
     if progress is not None:

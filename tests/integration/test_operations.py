@@ -403,6 +403,30 @@ async def test_reindex_rebuilds_and_the_live_index_keeps_answering(
     assert after["decisions"][0]["id"] == ids[0]
 
 
+async def test_reindex_drops_what_an_earlier_run_left_behind(
+    rpc: Any, services: Any, settings: Settings, seed_decision: dict[str, Any]
+) -> None:
+    """A reindex that failed or was killed leaves a partial copy (or the old collection
+    renamed aside); every later run must not add another full copy to those."""
+    import chromadb
+    from chromadb.config import Settings as ChromaSettings
+
+    from app.search.index import IndexEntry
+
+    recorded = await rpc.ok("cstp.recordDecision", seed_decision)
+    entry = IndexEntry(id="deadbeef", document="Bake sourdough bread", metadata={"title": "x"})
+    for name in ("decisions-rebuild-0badf00d", "decisions-retired-0badcafe", "notes-of-ops"):
+        other = services.index.sibling(name)
+        await other.upsert([entry])
+        await other.aclose()
+    assert await reindex(services) == 1
+    chroma = chromadb.PersistentClient(path=str(settings.data_dir / "chroma"),
+                                       settings=ChromaSettings(anonymized_telemetry=False))
+    names = sorted(getattr(c, "name", c) for c in chroma.list_collections())
+    assert names == ["decisions", "notes-of-ops"]  # someone else's collection stays
+    assert chroma.get_collection("decisions").get(ids=[recorded["id"]])["ids"] == [recorded["id"]]
+
+
 def test_export_command_rebuilds_the_tree(settings: Settings, tmp_path: Path) -> None:
     journal = tmp_path / "journal"
     _journal(journal, 5)
