@@ -13,7 +13,9 @@ leave more time to everything else. When nothing waits, the pass starts at once.
 
 Each call keeps its own outcome. When a group's transaction fails (a drawn id collides with
 a stored one, say), every call in it is written again alone, in a transaction of its own that
-redraws a colliding id, so one call's failure never fails another's.
+redraws a colliding id, so one call's failure never fails another's. A failure raised after
+the database committed (the connection lost as COMMIT was answered) is told apart by reading
+the group's rows back: then the group counts as committed, and no decision is written twice.
 
 The rows and their outbox events commit together, as everywhere (DESIGN: every outside
 effect goes through the outbox); the pass after the commit is what makes ``indexed: true``
@@ -28,6 +30,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -91,8 +94,9 @@ class RecordWriter:
         held: _Committed = []
         while self._queue:
             group = [self._queue.popleft() for _ in range(min(MAX_GROUP, len(self._queue)))]
+            built: _Committed = []
             try:
-                committed = await self._commit_group(group)
+                committed = await self._commit_group(group, built)
             except asyncio.CancelledError:
                 for unit in group:
                     _fail(unit, RpcError(STORAGE_ERROR, "Storage error: server shutting down"))
@@ -100,14 +104,8 @@ class RecordWriter:
                     if not unit.future.done():
                         unit.future.set_result((decision, False))
                 raise
-            except Exception:
-                log.info("a group of %d decisions failed; writing each alone", len(group))
-                committed = []
-                for unit in group:
-                    try:
-                        committed.append(await self._commit_alone(unit))
-                    except Exception as exc:  # noqa: BLE001 - it is that call's outcome
-                        _fail(unit, exc)
+            except Exception as exc:
+                committed = await self._after_failed_group(group, built, exc)
             held.extend(committed)
             if held and (not self._queue or len(held) >= MAX_GROUP):
                 task = asyncio.get_running_loop().create_task(self._deliver(held))
@@ -115,14 +113,53 @@ class RecordWriter:
                 task.add_done_callback(self._deliveries.discard)
                 held = []
 
-    async def _commit_group(self, group: list[_Unit]) -> _Committed:
+    async def _after_failed_group(
+        self, group: list[_Unit], built: _Committed, exc: Exception
+    ) -> _Committed:
+        """What a failed group's calls become. A failure can come after the database has
+        committed (the connection lost while COMMIT was answered): when every row of the
+        group is there, the group is committed, and writing it again would record each
+        decision twice. Otherwise each call is written alone (a colliding id, say)."""
+        if len(built) == len(group) and not isinstance(exc, IntegrityError):
+            try:
+                if await self._all_stored([d for _, d, _ in built]):
+                    log.warning("a group of %d decisions was committed although its commit "
+                                "raised %s", len(group), type(exc).__name__)
+                    return built
+            except Exception as check:  # noqa: BLE001 - unknown: never risk a second copy
+                log.warning("could not tell whether a failed group of %d decisions was "
+                            "committed", len(group), exc_info=True)
+                for unit in group:
+                    _fail(unit, check)
+                return []
+        log.info("a group of %d decisions failed; writing each alone", len(group))
+        committed: _Committed = []
+        for unit in group:
+            try:
+                committed.append(await self._commit_alone(unit))
+            except Exception as failure:  # noqa: BLE001 - it is that call's outcome
+                _fail(unit, failure)
+        return committed
+
+    async def _all_stored(self, decisions: list[Decision]) -> bool:
+        """Whether every one of ``decisions`` is in the database: same id and same creation
+        time (a colliding id is another decision, recorded at another moment)."""
+        wanted = {d.id: d.created_at for d in decisions}
+        async with self.db.transaction(write=False) as session:
+            rows = await session.execute(
+                select(Decision.id, Decision.created_at).where(Decision.id.in_(list(wanted))))
+            found = {row[0]: row[1] for row in rows.all()}
+        return all(found.get(i) == when for i, when in wanted.items())
+
+    async def _commit_group(self, group: list[_Unit], built: _Committed) -> _Committed:
         """One transaction for the group; it also records the outbox results of earlier
-        groups, which would otherwise need a write transaction of their own."""
+        groups, which would otherwise need a write transaction of their own. ``built`` gets
+        each call's row and events as they are added, for a caller whose commit raised."""
         undo_settle: Callable[[], None] = lambda: None  # noqa: E731
         try:
             async with self.db.transaction(write=True) as session:
                 await store(session, [u.evaluation for u in group if u.evaluation is not None])
-                committed: _Committed = []
+                committed = built
                 for unit in group:
                     # A colliding id fails the group, which is then written call by call.
                     decision = unit.build()

@@ -373,6 +373,44 @@ async def test_colliding_id_is_redrawn_never_overwritten(
         assert len(yaml_files(settings.decisions_dir)) == 2
 
 
+async def test_a_group_whose_commit_raised_after_the_database_committed_is_not_written_twice(
+    settings: Settings, embedder: Embedder
+) -> None:
+    """The connection can be lost while COMMIT is answered: the rows are stored, the writer
+    sees an error. Writing the group again would record every decision twice (new ids); each
+    call must instead be answered as committed. The fault is injected after the commit."""
+    from sqlalchemy import event
+    from sqlalchemy.orm import Session
+
+    armed = {"left": 1}
+
+    def mark(session: Session, _context: Any, _instances: Any) -> None:
+        if any(isinstance(o, Decision) for o in session.new):
+            session.info["decisions"] = True
+
+    def lost_answer(session: Session) -> None:
+        if session.info.pop("decisions", False) and armed["left"]:
+            armed["left"] -= 1
+            raise ConnectionResetError("connection lost while COMMIT was answered")
+
+    event.listen(Session, "before_flush", mark)
+    event.listen(Session, "after_commit", lost_answer)
+    try:
+        async with app_client(settings, embedder) as (rpc, _client):
+            answers = await asyncio.gather(*(
+                rpc.ok("cstp.recordDecision", simple(f"Decision {n}: cache the embeddings"))
+                for n in range(3)))
+            assert armed["left"] == 0  # the fault did happen
+            listed = await rpc.ok("cstp.listDecisions", {"limit": 50})
+            assert listed["total"] == 3, listed
+            assert sorted(d["id"] for d in listed["decisions"]) == sorted(a["id"] for a in answers)
+            assert all(a["indexed"] for a in answers), answers
+            assert len(yaml_files(settings.decisions_dir)) == 3
+    finally:
+        event.remove(Session, "before_flush", mark)
+        event.remove(Session, "after_commit", lost_answer)
+
+
 async def test_concurrent_records_drawing_a_taken_id_all_succeed(
     settings: Settings, embedder: Embedder
 ) -> None:
