@@ -104,7 +104,7 @@ class RecordWriter:
                     if not unit.future.done():
                         unit.future.set_result((decision, False))
                 raise
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - every call learns its outcome below
                 committed = await self._after_failed_group(group, built, exc)
             held.extend(committed)
             if held and (not self._queue or len(held) >= MAX_GROUP):
