@@ -352,7 +352,7 @@ def test_a_budget_for_an_unknown_method_stops_the_app_too(
 
 
 def test_an_imported_id_is_kept_only_when_it_is_exactly_eight_hex_characters() -> None:
-    from app.decisions.importer import decision_id
+    from app.decisions.import_file import decision_id
 
     assert decision_id({"id": "0a0b0c0d"}, b"") == "0a0b0c0d"
     for other in ("0a0b0c0d\n", "0A0B0C0D", "0a0b0c0d0", "legacy-1"):
