@@ -53,32 +53,29 @@ async def test_ready_when_everything_is_up(client: Any) -> None:
     assert body["checks"]["outbox"]["pending"] == 0
 
 
-async def test_ready_names_an_unreachable_vector_index(
-    settings: Settings, embedder: Any, free_port: int
+@pytest.mark.parametrize(("setting", "url", "part", "a_call_gets"), [
+    # A search needs the index; listing decisions does not.
+    ("chroma_url", "http://127.0.0.1:{port}", "vectorIndex", "result"),
+    # With CSTP_REDIS_URL every call needs Redis for its budget: a worker that cannot reach
+    # it refuses every call, so it must not say it is ready.
+    ("redis_url", "redis://127.0.0.1:{port}/0", "rateLimits", "error"),
+])
+async def test_ready_names_an_unreachable_part(
+    settings: Settings, embedder: Any, free_port: int, setting: str, url: str, part: str,
+    a_call_gets: str,
 ) -> None:
-    app = create_app(replace(settings, chroma_url=f"http://127.0.0.1:{free_port}"),
-                     embedder=embedder)
-    async with serve_app(app) as client:
-        response = await client.get("/ready")
-    assert response.status_code == 503
-    assert response.json()["failing"] == ["vectorIndex"]
-
-
-async def test_ready_names_an_unreachable_rate_limit_store(
-    settings: Settings, embedder: Any, free_port: int
-) -> None:
-    """With CSTP_REDIS_URL every call needs Redis: a worker that cannot reach it refuses
-    every call, so it must not say it is ready."""
-    app = create_app(replace(settings, redis_url=f"redis://127.0.0.1:{free_port}/0"),
+    app = create_app(replace(settings, **{setting: url.format(port=free_port)}),
                      embedder=embedder)
     async with serve_app(app) as client:
         response = await client.get("/ready")
         assert response.status_code == 503
-        assert response.json()["failing"] == ["rateLimits"]
-        assert response.json()["checks"]["rateLimits"] == "unreachable"
-        call = await client.post("/cstp", json=BODY,
-                                 headers={"Authorization": "Bearer token-alice"})
-        assert call.json()["error"] == {"code": -32603, "message": "Internal error"}
+        assert response.json()["failing"] == [part]
+        assert response.json()["checks"][part] == "unreachable"
+        call = (await client.post("/cstp", json=BODY,
+                                  headers={"Authorization": "Bearer token-alice"})).json()
+    assert a_call_gets in call, call
+    if a_call_gets == "error":
+        assert call["error"] == {"code": -32603, "message": "Internal error"}
 
 
 async def test_an_unreachable_postgres_is_a_storage_error_not_a_bug(
