@@ -33,7 +33,7 @@ ID_PATTERN = re.compile(r"[a-z0-9-]+")
 
 _REQUIRED_KEYS = ("id", "description", "action", "message")
 _RULE_KEYS = (*_REQUIRED_KEYS, "scope", "conditions", "requirements", "suggestion")
-_CONDITION_KEYS = ("field", "op", "value")
+_CONDITION_KEYS = ("field", "operator", "op", "value")
 
 
 class RuleFileError(ValueError):
@@ -49,16 +49,18 @@ class RuleFileError(ValueError):
 
 @dataclass(frozen=True)
 class Condition:
-    """One ``{field, op, value}`` test of a fact; list operators hold a tuple value."""
+    """One ``{field, operator, value}`` test of a fact; list operators hold a tuple value."""
 
     field: str
     op: str
     value: Scalar | tuple[Scalar, ...]
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready form (tuples become lists), as shown by ``cstp.listGuardrails``."""
+        """JSON-ready form (tuples become lists), as shown by ``cstp.listGuardrails``:
+        ``operator`` as clients of the earlier CSTP server read it; ``op`` is the same value,
+        kept for this server's own early clients (deprecated, docs/PROTOCOL.md)."""
         value = list(self.value) if isinstance(self.value, tuple) else self.value
-        return {"field": self.field, "op": self.op, "value": value}
+        return {"field": self.field, "operator": self.op, "value": value, "op": self.op}
 
 
 @dataclass(frozen=True)
@@ -228,11 +230,15 @@ class _FileParser:
         return tuple(self.condition(item) for item in self.sequence(node, what))
 
     def condition(self, node: Node) -> Condition:
-        keys = self.keys(node, "condition", _CONDITION_KEYS, _CONDITION_KEYS)
+        keys = self.keys(node, "condition", _CONDITION_KEYS, ("field", "value"))
         field = self.text(keys["field"], "field")
-        op = self.scalar(keys["op"], "op")
+        # A file may spell the key ``operator`` (as listGuardrails shows it) or ``op``.
+        if ("operator" in keys) == ("op" in keys):
+            raise self.fail(node, "condition needs exactly one of 'operator' or 'op'")
+        op_node = keys.get("operator") or keys["op"]
+        op = self.scalar(op_node, "operator")
         if not isinstance(op, str) or op not in OPERATORS:
-            raise self.fail(keys["op"], f"unknown operator '{op}' (expected one of "
+            raise self.fail(op_node, f"unknown operator '{op}' (expected one of "
                             f"{', '.join(OPERATORS)})")
         value_node = keys["value"]
         if op in LIST_OPERATORS:

@@ -341,13 +341,21 @@ async def test_operator_rules_do_not_exist_without_the_dir(rpc: Rpc) -> None:
     assert result["evaluated"] == 5 and result["allowed"] is True
 
 
+def _as_listed(condition: dict[str, Any]) -> dict[str, Any]:
+    """A rule file's ``{field, op, value}`` as listGuardrails shows it: ``{field, operator,
+    value}`` as earlier CSTP clients read it, plus the deprecated ``op``."""
+    operator = condition.get("operator", condition.get("op"))
+    return {"field": condition["field"], "operator": operator, "value": condition["value"],
+            "op": operator}
+
+
 def _check_listed_rule(item: dict[str, Any], rule: dict[str, Any]) -> None:
     assert item["id"] == rule["id"]
     assert item["description"] == rule["description"]
     assert item["action"] == rule["action"]
     assert item["scope"] == rule.get("scope", [])
-    assert item["conditions"] == rule.get("conditions", [])
-    assert item["requirements"] == rule.get("requirements", [])
+    assert item["conditions"] == [_as_listed(c) for c in rule.get("conditions", [])]
+    assert item["requirements"] == [_as_listed(c) for c in rule.get("requirements", [])]
     assert item.get("suggestion") == rule.get("suggestion")
 
 

@@ -104,6 +104,10 @@ LOAD_ERRORS = [
      "unknown key 'note' in condition"),
     (RULE_HEAD + "    conditions:\n      - {field: x, op: '=='}\n", 7,
      "condition is missing required key 'value'"),
+    (RULE_HEAD + "    conditions:\n      - {field: x, value: 1}\n", 7,
+     "condition needs exactly one of 'operator' or 'op'"),
+    (RULE_HEAD + "    conditions:\n      - {field: x, op: '==', operator: '==', value: 1}\n", 7,
+     "condition needs exactly one of 'operator' or 'op'"),
     ("guardrails:\n  - id: ok\n    action: block\n    message: m\n", 2,
      "rule is missing required key 'description'"),
     ("guardrails:\n  - id: ok\n    description: d\n    action: deny\n    message: m\n", 4,
@@ -211,10 +215,20 @@ def test_as_dict_is_public_shape() -> None:
                      scope=("payments",))
     assert rule.as_dict() == {
         "id": "x", "description": "rule x", "action": "block", "scope": ["payments"],
-        "conditions": [{"field": "stakes", "op": "in", "value": ["high"]}],
+        "conditions": [{"field": "stakes", "operator": "in", "value": ["high"], "op": "in"}],
         "requirements": [], "suggestion": "s",
     }
     assert "suggestion" not in make_rule("y").as_dict()
+
+
+def test_a_condition_may_spell_its_operator_as_listGuardrails_shows_it(tmp_path: Path) -> None:
+    (tmp_path / "r.yaml").write_text(
+        RULE_HEAD + "    conditions:\n      - {field: stakes, operator: in, value: [high]}\n"
+    )
+    (rule,) = load_rules([tmp_path]).rules
+    assert rule.as_dict()["conditions"] == [
+        {"field": "stakes", "operator": "in", "value": ["high"], "op": "in"}
+    ]
 
 
 # --- operator semantics ----------------------------------------------------------------------
