@@ -11,6 +11,7 @@ from litestar import Litestar
 
 from .auth import LOCAL_AGENT, TokenTable, ensure_local_token, load_tokens
 from .config import ConfigError, Settings
+from .rpc import discover
 from .rpc.dispatcher import Dispatcher
 from .rpc.registry import Registry
 from .rpc.route import build_rpc_route
@@ -35,6 +36,7 @@ def build_registry() -> Registry:
     guardrails_rpc.register(registry)
     search_rpc.register(registry)
     intents_rpc.register(registry)
+    discover.register(registry)  # last: its document lists every method registered above
     return registry
 
 

@@ -144,3 +144,54 @@ def bucket_wire(index: int, s: Sums) -> dict[str, Any]:
         "gap": s.gap,
         "brierScore": s.brier,
     }
+
+
+class Figures(Struct):
+    """One slice's figures; null where no decision of the slice can be scored."""
+
+    brier_score: float | None
+    accuracy: float | None
+    calibration_gap: float | None
+    interpretation: str
+    total_decisions: int
+    reviewed_decisions: int
+    pending_decisions: int
+    mean_confidence: float | None
+
+
+class BucketOut(Struct):
+    bucket: str
+    low: float
+    high: float
+    count: int
+    mean_confidence: float | None
+    accuracy: float | None
+    gap: float | None
+    brier_score: float | None
+
+
+class GroupOut(Figures):
+    key: str
+
+
+class AppliedFilters(Struct):
+    min_decisions: int
+    agent: str | None = None
+    category: str | None = None
+    stakes: str | None = None
+    since: str | None = None
+    until: str | None = None
+
+
+class GetCalibrationResult(Struct):
+    brier_score: float | None
+    accuracy: float | None
+    calibration_gap: float | None
+    interpretation: str
+    overall: Figures
+    buckets: list[BucketOut]
+    recommendations: list[str]
+    filters: AppliedFilters
+    agent: str
+    group_by: GroupBy | None = None
+    groups: list[GroupOut] | None = None

@@ -49,6 +49,9 @@ class Decision(Base):
     # The announced intent this decision followed (recordDecision's correlationId), and the
     # guardrail evaluation made of the decision itself when it was recorded.
     intent_id: Mapped[str | None] = mapped_column(ForeignKey("intents.id"), index=True)
+    # That intent's correlationId, the id the client chose (kept here so that clients and
+    # auditors find it on the decision; an imported decision may carry one without an intent).
+    correlation_id: Mapped[str | None] = mapped_column(String(128), index=True)
     guardrail_evaluation_id: Mapped[str | None] = mapped_column(
         ForeignKey("guardrail_evaluations.id")
     )

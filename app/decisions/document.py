@@ -156,6 +156,7 @@ def export_fields(d: Decision) -> dict[str, Any]:
         "review_by": iso(d.review_by) if d.review_by else None,
         "tags": tags_of(d),
         "pre_decision": _pre_decision(d),
+        "correlation_id": d.correlation_id,
         "recorded_by": d.recorded_by,
         "project": d.project,
         "feature": d.feature,
@@ -250,6 +251,7 @@ def wire(d: Decision, *, reviews: list[dict[str, Any]] | None = None) -> dict[st
         "reviewNotes": d.review_notes,
         "affectedKpis": d.affected_kpis,
         "intentId": d.intent_id,
+        "correlationId": d.correlation_id,
         "guardrailEvaluationId": d.guardrail_evaluation_id,
         "path": relative_path(d),
     }
@@ -259,7 +261,7 @@ def wire(d: Decision, *, reviews: list[dict[str, Any]] | None = None) -> dict[st
 
 
 def list_item(d: Decision | Brief) -> dict[str, Any]:
-    """The short form used by listDecisions."""
+    """The short form of a decision in a list (listDecisions; queryDecisions adds to it)."""
     item: dict[str, Any] = {
         "id": d.id,
         "title": d.summary,
@@ -274,4 +276,12 @@ def list_item(d: Decision | Brief) -> dict[str, Any]:
     for key, value in (("outcome", d.outcome), ("project", d.project)):
         if value is not None:
             item[key] = value
+    return item
+
+
+def listed(d: Decision) -> dict[str, Any]:
+    """A listDecisions item: the short form, plus the client's correlationId when it has one."""
+    item = list_item(d)
+    if d.correlation_id is not None:
+        item["correlationId"] = d.correlation_id
     return item

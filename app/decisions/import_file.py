@@ -28,6 +28,7 @@ OUTCOMES = set(get_args(Outcome))
 REASON_TYPES = set(get_args(ReasonType))
 MENTAL_STATES = set(get_args(MentalState))
 HEX_ID = re.compile(r"[0-9a-f]{8}")
+CORRELATION_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1  # what an Integer column holds on Postgres
 # The lengths of the decision's text columns, read from the model, by column (= YAML key) name.
 LENGTHS: dict[str, int] = {
@@ -82,6 +83,13 @@ def _text(data: dict[str, Any], key: str) -> str | None:
     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
         return _checked(str(value), key, LENGTHS.get(key))
     raise Unreadable(f"{key}: must be text")
+
+
+def _correlation_id(data: dict[str, Any]) -> str | None:
+    value = _text(data, "correlation_id")
+    if value is not None and not CORRELATION_ID.fullmatch(value):
+        raise Unreadable("correlation_id: 1-128 characters of A-Z a-z 0-9 . _ : -")
+    return value
 
 
 def _int(data: dict[str, Any], key: str) -> int | None:
@@ -194,7 +202,7 @@ def parse_file(path: Path, categories: tuple[str, ...]) -> Decision:
         kpi_indicators=_scalars(data, "kpi_indicators") or None,
         project=_text(data, "project"), feature=_text(data, "feature"),
         pr=_int(data, "pr"), file=_text(data, "file"), line=_int(data, "line"),
-        commit=_text(data, "commit"),
+        commit=_text(data, "commit"), correlation_id=_correlation_id(data),
     )
     pre = data.get("pre_decision")
     if isinstance(pre, dict):

@@ -79,6 +79,7 @@ class ListDecisionsParams(Struct):
     stakes: Stakes | None = None
     status: Status | None = None
     agent: ShortText | None = None
+    correlation_id: CorrelationId | None = None
     tags: Annotated[list[Tag], Meta(max_length=50)] = []
     date_from: str | None = None
     date_to: str | None = None
@@ -106,3 +107,113 @@ class ReviewDecisionParams(Struct):
     lessons: Annotated[str, Meta(max_length=20_000)] | None = None
     notes: Annotated[str, Meta(max_length=20_000)] | None = None
     affected_kpis: dict[str, Any] | None = None
+
+
+# --- results: what the methods answer (documented by rpc.discover; tests hold the answers to
+# these schemas) ---------------------------------------------------------------------------
+
+
+class ReasonOut(Struct):
+    type: str
+    text: str
+    strength: float
+
+
+class PreDecisionOut(Struct):
+    query_run: bool | None
+    similar_found: int | None
+    guardrails_checked: bool | None
+    guardrails_passed: bool | None
+
+
+class ReviewOut(Struct):
+    outcome: Outcome
+    actual_result: str | None
+    lessons: str | None
+    notes: str | None
+    affected_kpis: dict[str, Any] | None
+    reviewed_by: str
+    reviewed_at: str
+
+
+class DecisionOut(Struct):
+    """Every stored field of a decision (getDecision)."""
+
+    id: str
+    title: str
+    summary: str
+    decision: str
+    category: str
+    confidence: float
+    stakes: Stakes
+    status: Status
+    date: str
+    created_at: str
+    context: str | None
+    reasons: list[ReasonOut]
+    kpi_indicators: list[str]
+    mental_state: MentalState | None
+    review_in: str | None
+    review_by: str | None
+    tags: list[str]
+    pre_decision: PreDecisionOut
+    recorded_by: str
+    project: str | None
+    feature: str | None
+    pr: int | None
+    file: str | None
+    line: int | None
+    commit: str | None
+    outcome: Outcome | None
+    reviewed_at: str | None
+    reviewed_by: str | None
+    actual_result: str | None
+    lessons: str | None
+    review_notes: str | None
+    affected_kpis: dict[str, Any] | None
+    intent_id: str | None
+    correlation_id: str | None
+    guardrail_evaluation_id: str | None
+    path: str
+    reviews: list[ReviewOut] = []
+
+
+class GetDecisionResult(Struct):
+    found: bool
+    decision: DecisionOut
+
+
+class DecisionItem(Struct):
+    """A decision in a list: listDecisions items; queryDecisions items extend it."""
+
+    id: str
+    title: str
+    category: str
+    confidence: float
+    stakes: Stakes
+    status: Status
+    date: str
+    agent: str
+    tags: list[str]
+    outcome: Outcome | None = None
+    project: str | None = None
+
+
+class ListedDecision(DecisionItem):
+    correlation_id: str | None = None
+
+
+class ListDecisionsResult(Struct):
+    decisions: list[ListedDecision]
+    total: int
+    limit: int
+    offset: int
+
+
+class ReviewDecisionResult(Struct):
+    success: bool
+    id: str
+    path: str
+    status: Literal["reviewed"]
+    reviewed_at: str
+    reindexed: bool

@@ -51,7 +51,7 @@ async def _link_intent(ctx: CallContext, p: RecordDecisionParams) -> dict[str, A
             "correlationId", "no intent with this correlationId was announced by this agent"
         )
     return {
-        "intent_id": intent.id, "pre_query_run": True, "pre_similar_found": intent.similar_found,
+        "intent_id": intent.id, "correlation_id": p.correlation_id, "pre_query_run": True, "pre_similar_found": intent.similar_found,
         "pre_guardrails_checked": True, "pre_guardrails_passed": intent.allowed,
     }
 
@@ -155,6 +155,7 @@ def _filtered(p: ListDecisionsParams) -> Select[tuple[Decision]]:
         (Decision.stakes, p.stakes),
         (Decision.status, p.status),
         (Decision.recorded_by, p.agent),
+        (Decision.correlation_id, p.correlation_id),
     ):
         if value is not None:
             query = query.where(column == value)
@@ -200,7 +201,7 @@ async def list_decisions(ctx: CallContext, p: ListDecisionsParams) -> dict[str, 
         .limit(p.limit)
     )
     return {
-        "decisions": [document.list_item(d) for d in rows],
+        "decisions": [document.listed(d) for d in rows],
         "total": int(total or 0),
         "limit": p.limit,
         "offset": p.offset,

@@ -5,9 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from app.rpc.context import CallContext
+from app.rpc.errors import GUARDRAIL_EVAL_FAILED
 from app.rpc.registry import Method, Registry
 
-from .schemas import CheckGuardrailsParams, ListGuardrailsParams
+from .schemas import (
+    CheckGuardrailsParams, CheckGuardrailsResult, ListGuardrailsParams, ListGuardrailsResult,
+)
 from .service import Request, check
 
 
@@ -32,7 +35,13 @@ async def list_guardrails(ctx: CallContext, p: ListGuardrailsParams) -> dict[str
 
 
 def register(registry: Registry) -> None:
-    registry.add(Method("cstp.checkGuardrails", CheckGuardrailsParams, check_guardrails))
-    registry.add(
-        Method("cstp.listGuardrails", ListGuardrailsParams, list_guardrails, writes=False)
-    )
+    registry.add(Method(
+        "cstp.checkGuardrails", CheckGuardrailsParams, CheckGuardrailsResult, check_guardrails,
+        "Evaluate an action against the guardrails; the evaluation is stored for audit.",
+        errors=(GUARDRAIL_EVAL_FAILED,),
+    ))
+    registry.add(Method(
+        "cstp.listGuardrails", ListGuardrailsParams, ListGuardrailsResult, list_guardrails,
+        "The guardrails in force, optionally only those that apply to one project (scope).",
+        writes=False,
+    ))

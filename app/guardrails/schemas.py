@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from msgspec import Meta
 
@@ -24,3 +24,48 @@ class CheckGuardrailsParams(Struct):
 
 class ListGuardrailsParams(Struct):
     scope: Annotated[str, Meta(max_length=256)] | None = None
+
+
+class GuardrailHit(Struct):
+    """A rule that fired: a violation (``block``) or a warning (``warn``)."""
+
+    guardrail_id: str
+    name: str
+    message: str
+    severity: Literal["block", "warn"]
+    suggestion: str | None = None
+
+
+class CheckGuardrailsResult(Struct):
+    allowed: bool
+    violations: list[GuardrailHit]
+    warnings: list[GuardrailHit]
+    evaluated: int
+    evaluated_at: str
+    agent: str
+    evaluation_id: str
+    rule_set_version: str
+
+
+class ConditionOut(Struct):
+    field: str
+    operator: str
+    value: Any
+    op: str  # the same as ``operator``; deprecated (docs/PROTOCOL.md)
+
+
+class GuardrailOut(Struct):
+    id: str
+    description: str
+    action: Literal["block", "warn"]
+    scope: list[str]
+    conditions: list[ConditionOut]
+    requirements: list[ConditionOut]
+    suggestion: str | None = None
+
+
+class ListGuardrailsResult(Struct):
+    guardrails: list[GuardrailOut]
+    count: int
+    agent: str
+    rule_set_version: str

@@ -6,7 +6,10 @@ from typing import Annotated, Any
 
 from msgspec import Meta
 
-from app.decisions.schemas import CorrelationId, NonBlank, ShortText, Stakes, Struct, Unit
+from app.decisions.schemas import (
+    CorrelationId, NonBlank, Outcome, ShortText, Stakes, Status, Struct, Unit,
+)
+from app.guardrails.schemas import GuardrailHit
 
 
 class AgentIn(Struct):
@@ -26,3 +29,33 @@ class AnnounceIntentParams(Struct):
     correlation_id: CorrelationId | None = None
     metadata: dict[str, Any] = {}
     project: ShortText | None = None
+
+
+class SimilarDecision(Struct):
+    id: str
+    title: str
+    category: str
+    confidence: float
+    status: Status
+    date: str
+    distance: float
+    outcome: Outcome | None = None
+    notes: str | None = None
+
+
+class GuardrailStatus(Struct):
+    allowed: bool
+    violations: list[GuardrailHit]
+    warnings: list[GuardrailHit]
+    evaluated: int
+    evaluation_id: str
+
+
+class AnnounceIntentResult(Struct):
+    received: bool
+    correlation_id: str
+    received_at: str
+    similar_decisions: list[SimilarDecision]
+    guardrail_status: GuardrailStatus
+    suggestions: list[str]
+    responding_agent: str

@@ -29,6 +29,8 @@ MESSAGES = {
     DECISION_NOT_FOUND: "Decision not found",
     CONFLICT: "Conflict",
 }
+# What any method can answer: bad params, over budget, the database, a bug.
+COMMON = (INVALID_PARAMS, RATE_LIMITED, STORAGE_ERROR, INTERNAL_ERROR)
 
 
 class RpcError(Exception):

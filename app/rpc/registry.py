@@ -1,6 +1,8 @@
-"""The method registry: every RPC method, its params struct and its handler, in one table.
+"""The method registry: every RPC method, its params and result types, its handler and the
+errors it can answer, in one table.
 
-The agent card lists ``registry.names()``, so a method registered here is advertised.
+The agent card lists ``registry.names()`` and ``rpc.discover`` documents every entry, so a
+method registered here is advertised and documented.
 """
 
 from __future__ import annotations
@@ -23,9 +25,13 @@ FailureHook = Callable[["CallContext", dict[str, Any], "RpcError"], Awaitable[No
 class Method:
     name: str
     params: type[Any]
+    result: Any  # the type of what the handler answers (a Struct, or dict[str, Any])
     handler: Handler
+    summary: str
     writes: bool = True
     on_failure: FailureHook | None = None
+    # Error codes this method answers beyond those every method can (app.rpc.errors.COMMON).
+    errors: tuple[int, ...] = ()
 
 
 class Registry:
@@ -42,3 +48,6 @@ class Registry:
 
     def names(self) -> list[str]:
         return sorted(self._methods)
+
+    def methods(self) -> list[Method]:
+        return [self._methods[name] for name in self.names()]

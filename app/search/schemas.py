@@ -6,7 +6,9 @@ from typing import Annotated
 
 from msgspec import Meta
 
-from app.decisions.schemas import Count, ShortText, Stakes, Status, Struct, Tag, Unit
+from app.decisions.schemas import (
+    Count, DecisionItem, ReasonOut, ShortText, Stakes, Status, Struct, Tag, Unit,
+)
 
 StakesList = Annotated[list[Stakes], Meta(max_length=4)]
 StatusList = Annotated[list[Status], Meta(max_length=2)]
@@ -34,3 +36,17 @@ class QueryDecisionsParams(Struct):
     include_reasons: bool = False
     filters: QueryFiltersIn | None = None
     retrieval_mode: Annotated[str, Meta(max_length=32)] | None = None
+
+
+class FoundDecision(DecisionItem):
+    distance: float | None = None
+    reasons: list[ReasonOut] | None = None
+
+
+class QueryDecisionsResult(Struct):
+    decisions: list[FoundDecision]
+    total: int
+    query: str
+    query_time_ms: float
+    agent: str
+    retrieval_mode: str

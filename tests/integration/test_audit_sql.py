@@ -38,12 +38,13 @@ Q_BLOCKED = "Every intent of an agent last week that was blocked"
 Q_FIRED = "Which guardrails fired for an announcement"
 Q_SHOWN = "What an agent was shown before a decision"
 Q_NO_DECISION = "Intents never followed by a decision"
+Q_BY_CORRELATION = "A client's own id: the decisions that followed one announcement"
 Q_FAILED = "Rate-limited or failed announcements by agent"
 Q_UNANNOUNCED = "Decisions recorded without a prior announcement"
 Q_DESPITE_BLOCK = "Decisions taken after a blocked announcement"
 Q_REVIEWS = "Review history of a decision"
 Q_OUTBOX = "Outbox work not yet done"
-TESTED = {Q_BLOCKED, Q_FIRED, Q_SHOWN, Q_NO_DECISION, Q_FAILED, Q_UNANNOUNCED,
+TESTED = {Q_BLOCKED, Q_FIRED, Q_SHOWN, Q_BY_CORRELATION, Q_NO_DECISION, Q_FAILED, Q_UNANNOUNCED,
           Q_DESPITE_BLOCK, Q_REVIEWS, Q_OUTBOX}
 
 
@@ -245,6 +246,13 @@ async def test_the_cookbook_answers_exactly(
             assert shown[1].get("outcome") is None  # base2 was reviewed after it was shown
             assert await q(Q_SHOWN, agent="bob", decision_id=ids["linked"]) == []
             assert await q(Q_SHOWN, agent="alice", decision_id=ids["quick"]) == []
+
+            # --- the decisions that followed one announcement, by the client's own id
+            followed = await q(Q_BY_CORRELATION, agent="alice", correlation_id="blocked-1")
+            assert [(r[0], r[1], r[4]) for r in followed] == [
+                ("blocked-1", world.intents["blocked-1"], ids["linked"])]
+            assert await q(Q_BY_CORRELATION, agent="bob", correlation_id="blocked-1") == []
+            assert await q(Q_BY_CORRELATION, agent="alice", correlation_id="allowed-1") == []
 
             # --- intents never followed by a decision
             assert await q(Q_NO_DECISION, since=WEEK_AGO, until=NOW) == [

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import yaml
 from sqlalchemy import select, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
@@ -24,7 +25,7 @@ from app.db.decisions import Decision
 from app.db.guardrails import GuardrailEvaluation, GuardrailRuleResult
 from app.db.intents import Intent, IntentMatch
 from app.search.embedder import Embedder
-from conftest import Rpc, serve_app
+from conftest import Rpc, run_sql, serve_app
 
 ANNOUNCE = "cstp.announceIntent"
 
@@ -422,6 +423,46 @@ async def test_another_agent_may_use_the_same_correlation_id(rpc: Rpc, db: Async
                         order_by=Intent.agent)
     assert [(i.agent, i.intent, i.outcome) for i in stored] == [
         ("alice", "Add a cache", "ok"), ("bob", "Remove the cache", "ok")]
+
+
+async def test_a_decision_carries_the_correlation_id_its_client_chose(
+    rpc: Rpc, settings: Settings, database_url: str
+) -> None:
+    cid = "deploy-auth-42"
+    await rpc.ok(ANNOUNCE, {"intent": "Deploy the auth service", "correlationId": cid})
+    recorded = await rpc.ok("cstp.recordDecision", {
+        "decision": "Deploy the auth service on Tuesday", "confidence": 0.8,
+        "category": "architecture", "correlationId": cid,
+    })
+    other = await rpc.ok("cstp.recordDecision", {
+        "decision": "Keep the old auth service running for a week", "confidence": 0.7,
+        "category": "architecture",
+    })
+
+    got = (await rpc.ok("cstp.getDecision", {"id": recorded["id"]}))["decision"]
+    assert got["correlationId"] == cid
+    assert (await rpc.ok("cstp.getDecision", {"id": other["id"]}))["decision"][
+        "correlationId"] is None
+
+    exported = yaml.safe_load(
+        (settings.decisions_dir / recorded["path"].removeprefix("decisions/")).read_text())
+    assert exported["correlation_id"] == cid
+
+    listed = await rpc.ok("cstp.listDecisions", {"correlationId": cid})
+    assert [(d["id"], d["correlationId"]) for d in listed["decisions"]] == [
+        (recorded["id"], cid)]
+    assert listed["total"] == 1
+    everything = await rpc.ok("cstp.listDecisions", {})
+    assert {d["id"] for d in everything["decisions"]} == {recorded["id"], other["id"]}
+    assert (await rpc.error("cstp.listDecisions", {"correlationId": "bad id"}))["data"][
+        "field"] == "correlationId"
+
+    # An auditor joins decisions to the intents they followed on the client's own id.
+    joined = await run_sql(database_url, """
+        SELECT d.id AS decision_id, i.intent FROM decisions d
+        JOIN intents i ON i.agent = d.recorded_by AND i.correlation_id = d.correlation_id
+        WHERE i.outcome = 'ok'""")
+    assert joined == [{"decision_id": recorded["id"], "intent": "Deploy the auth service"}]
 
 
 # ---------------------------------------------------------------- failures are audited too

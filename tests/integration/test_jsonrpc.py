@@ -166,7 +166,7 @@ async def test_unexpected_error_is_generic_and_logged(
     async def explode(ctx: Any, params: Any) -> Any:
         raise RuntimeError("secret detail /etc/passwd SELECT * FROM decisions")
 
-    client.app.state.registry.add(Method("test.explode", NoParams, explode))
+    client.app.state.registry.add(Method("test.explode", NoParams, dict, explode, "explodes"))
     with caplog.at_level(logging.INFO, logger="cstp.rpc"):
         answer = await rpc.call("test.explode")
     assert answer["error"] == {"code": -32603, "message": "Internal error"}

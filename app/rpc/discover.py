@@ -1,0 +1,104 @@
+"""``rpc.discover``: the OpenRPC 1.x document of this server, built from the method registry.
+
+Each method's params and result schemas are generated from the same msgspec types the
+dispatcher decodes params with and the handlers answer, so the document cannot drift from
+the code. Params are by name (a JSON object); each param is one content descriptor.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import msgspec
+
+from app.version import __version__
+
+from .context import CallContext
+from .errors import COMMON, MESSAGES
+from .registry import Method, Registry
+
+OPENRPC_VERSION = "1.3.2"
+REF_TEMPLATE = "#/components/schemas/{name}"
+
+
+class DiscoverParams(msgspec.Struct):
+    """rpc.discover takes no params."""
+
+
+def build_document(registry: Registry) -> dict[str, Any]:
+    methods = registry.methods()
+    types = [t for m in methods for t in (m.params, m.result)]
+    schemas, components = msgspec.json.schema_components(types, ref_template=REF_TEMPLATE)
+    schemas, components = _portable(schemas), _portable(components)
+    described = [
+        _method(m, params, result, components)
+        for m, params, result in zip(methods, schemas[::2], schemas[1::2], strict=True)
+    ]
+    return {
+        "openrpc": OPENRPC_VERSION,
+        "info": {
+            "title": "CSTP server",
+            "version": __version__,
+            "description": (
+                "Decision memory and guardrails for AI agents: JSON-RPC 2.0 over HTTP POST "
+                "/cstp with a bearer token. Params are by name; unknown params are ignored; "
+                "an optional param sent as null counts as absent."
+            ),
+        },
+        "servers": [{"name": "cstp", "url": "/cstp"}],
+        "methods": described,
+        "components": {"schemas": components},
+    }
+
+
+def _portable(schema: Any) -> Any:
+    """JSON Schema patterns are ECMA-262 regular expressions, which know no ``\\A`` and
+    ``\\Z``: our whole-string anchors (there because Python's ``$`` also matches before a
+    final newline) become ``^`` and ``$``, which mean the same there."""
+    if isinstance(schema, dict):
+        out = {key: _portable(value) for key, value in schema.items()}
+        pattern = out.get("pattern")
+        if isinstance(pattern, str) and pattern.startswith("\\A") and pattern.endswith("\\Z"):
+            out["pattern"] = "^" + pattern[2:-2] + "$"
+        return out
+    if isinstance(schema, list):
+        return [_portable(item) for item in schema]
+    return schema
+
+
+def _method(
+    method: Method, params: dict[str, Any], result: dict[str, Any], components: dict[str, Any]
+) -> dict[str, Any]:
+    struct = components[params["$ref"].rsplit("/", 1)[-1]]
+    required = set(struct.get("required", ()))
+    codes = sorted({*method.errors, *COMMON}, reverse=True)
+    return {
+        "name": method.name,
+        "summary": method.summary,
+        "paramStructure": "by-name",
+        "params": [
+            {"name": name, "schema": schema, "required": name in required}
+            for name, schema in struct.get("properties", {}).items()
+        ],
+        "result": {"name": "result", "schema": result},
+        "errors": [{"code": code, "message": MESSAGES[code]} for code in codes],
+    }
+
+
+def register(registry: Registry) -> None:
+    """Add ``rpc.discover``; register it last, so that the document lists every method."""
+
+    @functools.cache
+    def document() -> dict[str, Any]:
+        return build_document(registry)
+
+    async def discover(ctx: CallContext, params: DiscoverParams) -> dict[str, Any]:
+        return document()
+
+    registry.add(Method(
+        "rpc.discover", DiscoverParams, dict[str, Any], discover,
+        "This document: every method with the JSON Schema of its params and result, and the "
+        "errors it can answer (OpenRPC 1.x).",
+        writes=False,
+    ))
