@@ -27,3 +27,29 @@ def remove(dialect: str, table: str) -> list[str]:
     if dialect == "sqlite":
         return [f"DROP TRIGGER IF EXISTS trg_{table}_no_{v}" for v in ("update", "delete")]
     return [f"DROP TRIGGER IF EXISTS trg_{table}_append_only ON {table}"]
+
+
+def refuse_replace(dialect: str, table: str, also_when: str | None = None) -> list[str]:
+    """SQLite only: refuse an INSERT that would collide with a row already there.
+
+    ``REPLACE`` (and ``INSERT OR REPLACE``) resolves a collision by deleting the old row, and
+    that implicit delete fires no DELETE trigger unless the connection turned
+    ``recursive_triggers`` on: without this trigger a row could be rewritten in place. A
+    BEFORE INSERT trigger runs before any conflict is resolved, whatever the pragmas, so it
+    refuses the statement while the old row is still there. ``also_when`` adds the collision
+    on a table's other unique keys (an SQL condition on ``NEW``). Postgres has no REPLACE,
+    and its upsert (``ON CONFLICT DO UPDATE``) is an UPDATE, refused by the trigger above.
+    """
+    if dialect != "sqlite":
+        return []
+    collides = f"EXISTS (SELECT 1 FROM {table} WHERE id = NEW.id)"
+    if also_when:
+        collides = f"{collides} OR ({also_when})"
+    return [
+        f"CREATE TRIGGER trg_{table}_no_replace BEFORE INSERT ON {table} WHEN {collides} "
+        f"BEGIN SELECT RAISE(ABORT, '{table} is append-only'); END"
+    ]
+
+
+def remove_refuse_replace(dialect: str, table: str) -> list[str]:
+    return [f"DROP TRIGGER IF EXISTS trg_{table}_no_replace"] if dialect == "sqlite" else []

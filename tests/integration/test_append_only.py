@@ -1,0 +1,130 @@
+"""Audit rows are append-only in the database itself: every statement that could rewrite or
+remove one is refused, on SQLite whatever the connection's pragmas, and on Postgres."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from conftest import Rpc, run_sql
+
+# Each audit table and one column an attacker would like to change, with a value to set.
+FORGED = {
+    "intents": ("agent", "'mallory'"),
+    "intent_matches": ("distance", "0.999"),
+    "guardrail_evaluations": ("allowed", "NOT allowed"),
+    "guardrail_rule_results": ("message", "'edited'"),
+    "decision_reviews": ("outcome", "'success'"),
+}
+
+
+async def columns(url: str, table: str) -> list[str]:
+    row = (await run_sql(url, f"SELECT * FROM {table} ORDER BY id LIMIT 1"))[0]
+    return list(row)
+
+
+async def snapshot(url: str) -> dict[str, list[dict[str, Any]]]:
+    return {t: await run_sql(url, f"SELECT * FROM {t} ORDER BY id") for t in FORGED}
+
+
+async def seed(rpc: Rpc) -> None:
+    """At least one row in every audit table, through the API."""
+    recorded = await rpc.ok("cstp.recordDecision", {
+        "decision": "Cache search results for an hour", "confidence": 0.7,
+        "category": "architecture"})
+    await rpc.ok("cstp.reviewDecision", {"id": recorded["id"], "outcome": "failure"})
+    await rpc.ok("cstp.announceIntent", {
+        "intent": "Cache search results for a day", "correlationId": "cache-1",
+        "stakes": "high", "confidence": 0.3})
+    await rpc.ok("cstp.checkGuardrails", {"action": {"description": "Deploy on Friday"}})
+
+
+def statements(database_url: str, table: str, cols: list[str]) -> list[str]:
+    column, value = FORGED[table]
+    forged = ", ".join(value if c == column else c for c in cols)
+    names = ", ".join(cols)
+    copy = f"SELECT {forged} FROM {table} WHERE id = (SELECT MIN(id) FROM {table})"
+    upsert = (f"INSERT INTO {table} ({names}) {copy} "
+              f"ON CONFLICT (id) DO UPDATE SET {column} = excluded.{column}")
+    out = [
+        f"UPDATE {table} SET {column} = {value}",
+        f"DELETE FROM {table}",
+        f"DELETE FROM {table} WHERE id = (SELECT MIN(id) FROM {table})",
+        upsert,
+    ]
+    if database_url.startswith("sqlite"):
+        out += [
+            f"REPLACE INTO {table} ({names}) {copy}",
+            f"INSERT OR REPLACE INTO {table} ({names}) {copy}",
+            f"UPDATE OR REPLACE {table} SET {column} = {value}",
+        ]
+    return out
+
+
+@pytest.mark.parametrize("recursive_triggers", ["OFF", "ON"])
+async def test_no_statement_rewrites_or_removes_an_audit_row(
+    rpc: Rpc, database_url: str, recursive_triggers: str
+) -> None:
+    sqlite = database_url.startswith("sqlite")
+    if not sqlite and recursive_triggers == "ON":
+        pytest.skip("a SQLite pragma")
+    await seed(rpc)
+    before = await snapshot(database_url)
+    assert all(before.values()), {t: len(rows) for t, rows in before.items()}
+    for table in FORGED:
+        for statement in statements(database_url, table, await columns(database_url, table)):
+            if sqlite:
+                pragma = f"PRAGMA recursive_triggers = {recursive_triggers}"
+                with pytest.raises(DBAPIError, match="append-only"):
+                    await run_sql_with_pragma(database_url, pragma, statement)
+            else:
+                with pytest.raises(DBAPIError, match="append-only"):
+                    await run_sql(database_url, statement)
+    assert await snapshot(database_url) == before
+
+
+async def test_replace_on_the_intents_correlation_key_cannot_swap_an_announcement(
+    rpc: Rpc, database_url: str
+) -> None:
+    """REPLACE with a new id but the same (agent, correlationId) would delete the original
+    through the unique index, not the primary key."""
+    if not database_url.startswith("sqlite"):
+        pytest.skip("SQLite's REPLACE")
+    await seed(rpc)
+    before = await snapshot(database_url)
+    cols = await columns(database_url, "intents")
+    forged = ", ".join("'forged-id'" if c == "id" else "'forged intent'" if c == "intent" else c
+                       for c in cols)
+    with pytest.raises(DBAPIError, match="append-only"):
+        await run_sql(database_url, f"REPLACE INTO intents ({', '.join(cols)}) SELECT {forged} "
+                                    "FROM intents WHERE correlation_id = 'cache-1'")
+    assert await snapshot(database_url) == before
+
+
+async def test_new_audit_rows_are_still_written(rpc: Rpc, database_url: str) -> None:
+    """The triggers refuse collisions only: the API's own inserts go on, retries included."""
+    await seed(rpc)
+    again = await rpc.ok("cstp.announceIntent", {
+        "intent": "Cache search results for a day", "correlationId": "cache-1",
+        "stakes": "high", "confidence": 0.3})
+    assert again["correlationId"] == "cache-1"
+    await rpc.ok("cstp.announceIntent", {"intent": "Another", "correlationId": "cache-2"})
+    counts = await run_sql(database_url, "SELECT correlation_id, outcome FROM intents "
+                                         "ORDER BY correlation_id")
+    assert [(r["correlation_id"], r["outcome"]) for r in counts] == [
+        ("cache-1", "ok"), ("cache-2", "ok")]
+
+
+async def run_sql_with_pragma(url: str, pragma: str, statement: str) -> None:
+    """``statement`` on a connection that first set ``pragma``."""
+    engine = create_async_engine(url)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(text(pragma))
+            await conn.execute(text(statement))
+    finally:
+        await engine.dispose()
