@@ -13,6 +13,7 @@ RATE_LIMITED = -32002
 QUERY_FAILED = -32003
 GUARDRAIL_EVAL_FAILED = -32004
 STORAGE_ERROR = -32005
+UNAVAILABLE = -32006
 DECISION_NOT_FOUND = -32007
 CONFLICT = -32008
 
@@ -26,11 +27,13 @@ MESSAGES = {
     QUERY_FAILED: "Query failed",
     GUARDRAIL_EVAL_FAILED: "Guardrail evaluation failed",
     STORAGE_ERROR: "Storage error",
+    UNAVAILABLE: "Unavailable",
     DECISION_NOT_FOUND: "Decision not found",
     CONFLICT: "Conflict",
 }
-# What any method can answer: bad params, over budget, the database, a bug.
-COMMON = (INVALID_PARAMS, RATE_LIMITED, STORAGE_ERROR, INTERNAL_ERROR)
+# What any method can answer: bad params, over budget, the database, the shared rate-limit
+# store unreachable, a bug.
+COMMON = (INVALID_PARAMS, RATE_LIMITED, STORAGE_ERROR, UNAVAILABLE, INTERNAL_ERROR)
 
 
 class RpcError(Exception):
@@ -71,3 +74,10 @@ def storage_error() -> RpcError:
 
 def decision_not_found(decision_id: str) -> RpcError:
     return RpcError(DECISION_NOT_FOUND, data={"id": decision_id})
+
+
+def unavailable(what: str, retry_after_ms: int) -> RpcError:
+    """A dependency the call needs is unreachable: an outage, not a bug (SPEC -32006)."""
+    return RpcError(
+        UNAVAILABLE, f"Unavailable: {what} is unreachable", {"retryAfterMs": retry_after_ms}
+    )

@@ -7,6 +7,7 @@ arithmetic inside one Lua script, so several server processes share one budget a
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -14,7 +15,12 @@ from typing import Protocol
 
 from app.config import RateLimit
 
-from .errors import rate_limited
+from .errors import rate_limited, unavailable
+
+log = logging.getLogger("cstp.ratelimit")
+# How long a client is told to wait when the shared store is unreachable: about as long as a
+# Redis restart or failover takes, and the connect timeout below.
+OUTAGE_RETRY_MS = 2000
 
 
 class RateLimiter(Protocol):
@@ -92,15 +98,27 @@ class RedisRateLimiter:
 
         self.limits = limits
         self.prefix = prefix
+        self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
         self._redis = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
         self._script = self._redis.register_script(_LUA)
+        self._down = False  # in an outage: logged once when it starts and once when it ends
 
     async def check(self, agent: str, method: str) -> None:
         budget = _budget(self.limits, method)
         rate_per_ms = budget.count / (budget.seconds * 1000)
         ttl_ms = int(budget.seconds * 1000) + 1000
         key = f"{self.prefix}:{method}:{agent}"
-        wait = int(await self._script(keys=[key], args=[budget.count, rate_per_ms, ttl_ms]))
+        try:
+            wait = int(await self._script(keys=[key], args=[budget.count, rate_per_ms, ttl_ms]))
+        except self._errors as exc:
+            if not self._down:
+                self._down = True
+                log.error("the rate-limit store (Redis) is unreachable: %s; calls are refused "
+                          "with -32006 until it answers again", type(exc).__name__)
+            raise unavailable("the rate-limit store", OUTAGE_RETRY_MS) from None
+        if self._down:
+            self._down = False
+            log.warning("the rate-limit store (Redis) answers again")
         if wait > 0:
             raise rate_limited(wait)
 

@@ -61,7 +61,7 @@ async def ready(request: Request) -> Response[dict[str, Any]]:  # type: ignore[t
             await ping_limits()
             checks["rateLimits"] = "ok"
         except Exception:
-            # Every call is refused (-32603) while the budgets cannot be read: not ready.
+            # Every call is refused (-32006) while the budgets cannot be read: not ready.
             checks["rateLimits"] = "unreachable"
             failing.append("rateLimits")
     body: dict[str, Any] = {"status": "ready" if not failing else "not_ready", "checks": checks}

@@ -10,6 +10,8 @@ never meet another test's, and removes those keys afterwards.
 from __future__ import annotations
 
 import asyncio
+import shutil
+import time
 import os
 import signal
 import subprocess
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import redis
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -39,8 +42,6 @@ LIMITS = "default=1000/60,cstp.announceIntent=3/60"
 
 
 def redis_available() -> bool:
-    import redis
-
     client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1, socket_timeout=1)
     try:
         return bool(client.ping())
@@ -59,8 +60,6 @@ def require_redis() -> None:
 
 
 def forget_keys(pattern: str) -> None:
-    import redis
-
     client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1, socket_timeout=1)
     try:
         keys = list(client.scan_iter(match=pattern, count=1000))
@@ -369,3 +368,75 @@ async def test_two_server_processes_share_one_redis_budget(
             "SELECT COUNT(*) FROM guardrail_evaluations WHERE agent = :agent "
             "AND source = 'checkGuardrails'"), {"agent": agents.alice})).scalar_one()
     assert stored == 10
+
+
+class PrivateRedis:
+    """A redis-server of this test's own on a free port, to stop and start at will."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.url = f"redis://127.0.0.1:{port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
+             "--appendonly", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.2)
+        for _ in range(100):
+            try:
+                client.ping()
+                return
+            except redis.RedisError:
+                assert self.proc.poll() is None, "redis-server exited"
+                time.sleep(0.05)
+        raise AssertionError("redis-server did not answer")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+
+@pytest.fixture
+def private_redis(free_port: int) -> Iterator[PrivateRedis]:
+    if shutil.which("redis-server") is None:
+        if os.environ.get("CI"):
+            pytest.fail("redis-server is not installed, and CI must run the Redis outage test")
+        pytest.skip("redis-server is not installed")
+    server = PrivateRedis(free_port)
+    server.start()
+    yield server
+    server.stop()
+
+
+async def test_a_redis_outage_is_32006_logged_once_and_over_without_a_restart(
+    settings: Settings, embedder: Embedder, private_redis: PrivateRedis, caplog: Any
+) -> None:
+    shared = replace(settings, redis_url=private_redis.url)
+    async with serve_app(create_app(shared, embedder=embedder)) as client:
+        rpc = Rpc(client)
+        assert (await rpc.ok("cstp.listDecisions"))["total"] == 0
+        private_redis.stop()
+        with caplog.at_level("INFO"):
+            errors = [await rpc.error("cstp.listDecisions") for _ in range(3)]
+            announced = await rpc.error("cstp.announceIntent", {"intent": "Add a cache"})
+        for error in [*errors, announced]:
+            assert error["code"] == -32006, error
+            assert error["message"] == "Unavailable: the rate-limit store is unreachable"
+            assert isinstance(error["data"]["retryAfterMs"], int)
+            assert error["data"]["retryAfterMs"] > 0
+        outage_lines = [r for r in caplog.records if r.name == "cstp.ratelimit"]
+        assert len(outage_lines) == 1 and outage_lines[0].levelname == "ERROR"
+        assert not any(r.exc_info for r in caplog.records), "a traceback was logged"
+        assert (await client.get("/ready")).json()["checks"]["rateLimits"] == "unreachable"
+
+        private_redis.start()
+        with caplog.at_level("INFO"):
+            assert (await rpc.ok("cstp.listDecisions"))["total"] == 0
+        assert (await client.get("/ready")).status_code == 200
+        assert [r.levelname for r in caplog.records if r.name == "cstp.ratelimit"] == [
+            "ERROR", "WARNING"]
