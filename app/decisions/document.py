@@ -36,10 +36,9 @@ def summarize(text: str) -> str:
 def relative_path(decision: Decision) -> str:
     """``decisions/YYYY/MM/YYYY-MM-DD-decision-<id>.yaml``: only the row's date and id."""
     created = decision.created_at
-    return (
-        f"decisions/{created:%Y}/{created:%m}/"
-        f"{created:%Y-%m-%d}-decision-{decision.id}.yaml"
-    )
+    # The year zero-padded by hand: strftime's %Y gives "1", not "0001", for the year 1 here.
+    year, month, day = f"{created.year:04d}", f"{created.month:02d}", f"{created.day:02d}"
+    return f"decisions/{year}/{month}/{year}-{month}-{day}-decision-{decision.id}.yaml"
 
 
 @dataclass(slots=True)

@@ -48,6 +48,18 @@ def target_path(root: Path, decision: Decision) -> Path:
     return root / rel
 
 
+def _file_mode() -> int:
+    """What an ordinary new file gets under this process's umask (0644 under the usual 022):
+    ``mkstemp`` makes its file 0600 whatever the umask, which no reader in another account or
+    container could open. Read once, at import, while no other thread can change the umask."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+FILE_MODE = _file_mode()
+
+
 def write_atomic(path: Path, content: bytes) -> bool:
     """Replace ``path`` with ``content`` via a temp file + rename; False when already equal."""
     try:
@@ -58,6 +70,7 @@ def write_atomic(path: Path, content: bytes) -> bool:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".yaml", dir=path.parent)
     try:
+        os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "wb") as handle:
             handle.write(content)
         os.replace(tmp, path)

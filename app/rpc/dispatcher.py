@@ -30,7 +30,23 @@ _encoder = msgspec.json.Encoder()
 
 
 def _valid_id(value: Any) -> bool:
-    return value is None or (isinstance(value, (str, int, float)) and not isinstance(value, bool))
+    return value is None or (
+        isinstance(value, (str, int, float, msgspec.Raw)) and not isinstance(value, bool)
+    )
+
+
+def _keep_float_ids(body: bytes, payload: Any) -> None:
+    """Put back a float id as the client wrote it (``1E2``, ``1.50``): decoded, it would be
+    encoded again as ``100.0``. Rare, so only then is the body read a second time."""
+    items = payload if isinstance(payload, list) else [payload]
+    floats = [i for i, item in enumerate(items)
+              if isinstance(item, dict) and isinstance(item.get("id"), float)]
+    if not floats:
+        return
+    raws = msgspec.json.decode(body, type=list[msgspec.Raw]) if isinstance(payload, list) \
+        else [msgspec.Raw(body)]
+    for i in floats:
+        items[i]["id"] = msgspec.json.decode(raws[i], type=dict[str, msgspec.Raw])["id"]
 
 
 def _error(rid: Any, error: RpcError) -> dict[str, Any]:
@@ -51,6 +67,7 @@ class Dispatcher:
         except RecursionError:
             error = RpcError(PARSE_ERROR, "Parse error: nested too deeply")
             return _encoder.encode(_error(None, error))
+        _keep_float_ids(body, payload)
         if isinstance(payload, list):
             if not payload:
                 return _encoder.encode(_error(None, RpcError(INVALID_REQUEST)))
@@ -140,7 +157,8 @@ class Dispatcher:
                 "event": "rpc",
                 "agent": agent,
                 "method": method[:200],
-                "id": rid if _valid_id(rid) else None,
+                "id": bytes(rid).decode() if isinstance(rid, msgspec.Raw)
+                else rid if _valid_id(rid) else None,
                 "outcome": outcome,
                 "durationMs": round((time.perf_counter() - started) * 1000, 2),
             }

@@ -133,6 +133,20 @@ async def test_ids_come_back_exactly(client: Any) -> None:
         assert "id" in answer and answer["id"] == rid and type(answer["id"]) is type(rid)
 
 
+async def test_a_number_id_comes_back_as_the_client_wrote_it(client: Any) -> None:
+    """Byte for byte: a client that matches responses by the id's text finds its own."""
+    for text in ["1E2", "1.50", "-0.0", "2.5e-3", "7"]:
+        single = f'{{"jsonrpc": "2.0", "method": "cstp.listDecisions", "id": {text}}}'
+        raw = (await post_raw(client, single.encode())).content
+        assert raw.endswith(f'"id":{text}}}'.encode()), raw
+        batch = (f'[{{"jsonrpc": "2.0", "method": "cstp.listDecisions", "id": "a"}}, '
+                 f'{{"jsonrpc": "2.0", "method": "nope", "id": {text}}}, '
+                 f'{{"jsonrpc": "2.0", "method": "cstp.listDecisions"}}, 5]')
+        raw = (await post_raw(client, batch.encode())).content
+        assert f'"id":{text}}}'.encode() in raw, raw
+        assert [item["id"] for item in json.loads(raw)] == ["a", json.loads(text), None]
+
+
 async def test_invalid_id_types_are_invalid_request(client: Any) -> None:
     for rid in [{"a": 1}, [1], True]:
         body = {"jsonrpc": "2.0", "method": "cstp.listDecisions", "id": rid}
