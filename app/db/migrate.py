@@ -7,6 +7,7 @@ Alembic is the only way the schema changes. These helpers share one connection w
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from .models import Base
@@ -48,11 +50,36 @@ def ensure_sqlite_dir(url: str) -> None:
         Path(url[len(prefix) :]).parent.mkdir(parents=True, exist_ok=True)
 
 
-async def _with_connection(url: str, work: Callable[[Connection], Any]) -> Any:
+# Migrations run under a database-wide lock, so that any number of processes and hosts may
+# start (and upgrade) together: the first migrates, the others then find the schema at head.
+# Postgres: a transaction-level advisory lock under this key (the bytes of "cstp").
+MIGRATION_LOCK_KEY = 0x63737470
+# SQLite: the write lock (BEGIN IMMEDIATE), waited for up to this long, as long as a big
+# migration by another process may take.
+SQLITE_LOCK_WAIT_SECONDS = 600.0
+
+
+async def _with_connection(
+    url: str, work: Callable[[Connection], Any], *, locked: bool = False
+) -> Any:
     ensure_sqlite_dir(url)
-    engine = create_async_engine(url)
+    sqlite = url.startswith("sqlite")
+    # SQLite waits for another process's lock instead of failing after 5 s; with ``locked``
+    # the driver leaves transactions to us (isolation_level None), so that BEGIN IMMEDIATE
+    # takes the write lock before Alembic reads the revision.
+    options: dict[str, Any] = {}
+    if sqlite:
+        options["timeout"] = SQLITE_LOCK_WAIT_SECONDS
+        if locked:
+            options["isolation_level"] = None
+    engine = create_async_engine(url, connect_args=options)
     try:
         async with engine.connect() as conn:
+            if locked:
+                await conn.exec_driver_sql(
+                    "BEGIN IMMEDIATE" if sqlite
+                    else f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"
+                )
             result = await conn.run_sync(work)
             await conn.commit()
             return result
@@ -70,7 +97,7 @@ def _run(action: Callable[[Config], None]) -> Callable[[Connection], None]:
 
 
 async def upgrade(url: str, revision: str = "head") -> None:
-    await _with_connection(url, _run(lambda cfg: command.upgrade(cfg, revision)))
+    await _with_connection(url, _run(lambda cfg: command.upgrade(cfg, revision)), locked=True)
     if url.startswith("sqlite"):
         await _with_connection(url, _use_wal)
 
@@ -78,12 +105,22 @@ async def upgrade(url: str, revision: str = "head") -> None:
 def _use_wal(connection: Connection) -> None:
     """Put the SQLite file in WAL mode here, before the server's connections open it: the mode
     is kept in the file, and switching it later needs an exclusive lock that a busy server's
-    connections would fight over (their own ``journal_mode=WAL`` is then a no-op)."""
-    connection.exec_driver_sql("PRAGMA journal_mode=WAL")
+    connections would fight over (their own ``journal_mode=WAL`` is then a no-op).
+
+    The switch fails at once, without waiting, while another process holds a lock (as when
+    several start together): it is tried again, briefly, until one of them has made it."""
+    deadline = time.monotonic() + SQLITE_LOCK_WAIT_SECONDS
+    while str(connection.exec_driver_sql("PRAGMA journal_mode").scalar()).lower() != "wal":
+        try:
+            connection.exec_driver_sql("PRAGMA journal_mode=WAL")
+        except OperationalError as exc:
+            if "locked" not in str(exc.orig) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 async def downgrade(url: str, revision: str) -> None:
-    await _with_connection(url, _run(lambda cfg: command.downgrade(cfg, revision)))
+    await _with_connection(url, _run(lambda cfg: command.downgrade(cfg, revision)), locked=True)
 
 
 def _current(connection: Connection) -> str | None:

@@ -1,0 +1,65 @@
+"""Servers that start together on a fresh database: migrations run under a database-wide lock
+(a Postgres advisory lock, SQLite's write lock), so every process comes up at head."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from app.db import migrate
+from conftest import PG_URL, USE_PG, _pg_admin_dsn, _with_db, run_sql
+
+PROCESSES = 6
+# Each process waits for the same moment, then upgrades: no process has a head start.
+UPGRADE_AT = """
+import asyncio, sys, time
+from app.db import migrate
+start = float(sys.argv[2])
+while time.time() < start:
+    time.sleep(0.001)
+asyncio.run(migrate.upgrade(sys.argv[1]))
+"""
+
+
+@pytest.fixture
+async def empty_database(tmp_path: Path) -> AsyncIterator[str]:
+    """A database with no tables at all: a new Postgres database, or a SQLite file to be."""
+    if not USE_PG:
+        yield f"sqlite+aiosqlite:///{tmp_path / 'data' / 'cstp.db'}"
+        return
+    name = f"cstp_race_{uuid.uuid4().hex[:10]}"
+    conn = await asyncpg.connect(_pg_admin_dsn(PG_URL))
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    yield _with_db(PG_URL, name)
+    conn = await asyncpg.connect(_pg_admin_dsn(PG_URL))
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+async def test_processes_upgrading_a_fresh_database_together_all_succeed(
+    empty_database: str,
+) -> None:
+    start = time.time() + 4  # after every interpreter has imported the app
+    procs = [
+        subprocess.Popen([sys.executable, "-c", UPGRADE_AT, empty_database, str(start)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for _ in range(PROCESSES)
+    ]
+    outputs = [p.communicate(timeout=120)[0].decode(errors="replace") for p in procs]
+    assert [p.returncode for p in procs] == [0] * PROCESSES, "\n".join(outputs)
+    assert await migrate.current(empty_database) == migrate.head_revision()
+    assert await migrate.drift(empty_database) == []
+    versions = await run_sql(empty_database, "SELECT version_num FROM alembic_version")
+    assert versions == [{"version_num": migrate.head_revision()}]
