@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from datetime import UTC, date, datetime, time
 from typing import Any, TypeVar
 
@@ -32,6 +33,13 @@ ALIASES = {
 
 # Keys whose object values are free-form facts: kept as sent, nulls included.
 FREE_FORM = frozenset({"metadata", "context", "affectedKpis"})
+# What a free-form object may hold (docs/PROTOCOL.md): nesting, keys (counted over every level)
+# and encoded size. Past these it is -32602 naming the field: such a value would be stored, but
+# derived data (the YAML file, the guardrail facts) could not be made from it.
+FREE_FORM_MAX_DEPTH = 8
+FREE_FORM_MAX_KEYS = 256
+FREE_FORM_MAX_BYTES = 65_536
+FREE_FORM_MAX_KEY_LENGTH = 256
 # What ``project_context`` (SPEC section 2: "an object holding the project fields") may fill
 # in; a field sent at the top level wins.
 PROJECT_FIELDS = ("project", "feature", "pr", "file", "line", "commit")
@@ -91,6 +99,51 @@ def nul_path(params: dict[str, Any]) -> str | None:
     return None
 
 
+def free_form_problem(value: dict[str, Any]) -> tuple[str, str] | None:
+    """Where and how a free-form object breaks the limits above: (a path inside it, the
+    problem), or None. Walks without recursion, so any depth is safe to inspect."""
+    keys = 0
+    stack: list[tuple[Any, str, int]] = [(value, "", 1)]
+    while stack:
+        item, where, depth = stack.pop()
+        if isinstance(item, dict):
+            if depth > FREE_FORM_MAX_DEPTH:
+                return where, f"is nested more than {FREE_FORM_MAX_DEPTH} levels deep"
+            keys += len(item)
+            if keys > FREE_FORM_MAX_KEYS:
+                return "", f"has more than {FREE_FORM_MAX_KEYS} keys in all"
+            for key, sub in item.items():
+                if len(key) > FREE_FORM_MAX_KEY_LENGTH:
+                    return where, f"has a key longer than {FREE_FORM_MAX_KEY_LENGTH} characters"
+                stack.append((sub, f"{where}.{key}", depth + 1))
+        elif isinstance(item, list):
+            if depth > FREE_FORM_MAX_DEPTH:
+                return where, f"is nested more than {FREE_FORM_MAX_DEPTH} levels deep"
+            stack.extend((sub, f"{where}[{i}]", depth + 1) for i, sub in enumerate(item))
+    if len(msgspec.json.encode(value)) > FREE_FORM_MAX_BYTES:
+        return "", f"is larger than {FREE_FORM_MAX_BYTES} bytes as JSON"
+    return None
+
+
+def _check_free_form(params: dict[str, Any], where: Callable[[str], str]) -> None:
+    """Apply the free-form limits to every free-form object in ``params``, however deep the
+    struct holding it (``action.context``)."""
+    stack: list[tuple[dict[str, Any], str]] = [(params, "")]
+    while stack:
+        item, path = stack.pop()
+        for key, value in item.items():
+            field = f"{path}.{key}" if path else key
+            if not isinstance(value, dict):
+                continue
+            if key in FREE_FORM:
+                problem = free_form_problem(value)
+                if problem is not None:
+                    inner, text = problem
+                    raise invalid_params(where(field) + inner, text)
+            else:
+                stack.append((value, field))
+
+
 @functools.cache
 def _wire_names(struct: type[Any]) -> frozenset[str]:
     info = mi.type_info(struct)
@@ -112,6 +165,7 @@ def decode(params: dict[str, Any], struct: type[T]) -> T:
     def where(field: str) -> str:
         return f"project_context.{field}" if field in borrowed else field
 
+    _check_free_form(normalized, where)
     nul = nul_path(normalized)
     if nul is not None:
         raise invalid_params(where(nul), "must not contain NUL characters")
