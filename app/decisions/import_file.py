@@ -7,9 +7,12 @@ hold, raises ``Unreadable`` with the reason to show the operator.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
 import re
+import stat
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, get_args
@@ -17,10 +20,13 @@ from typing import Any, get_args
 import yaml
 
 from app.db.decisions import Decision, DecisionReason, DecisionTag
-from app.rpc.params import nul_path
+from app.rpc.errors import RpcError
+from app.rpc.params import decode, nul_path
 
 from .document import summarize
-from .schemas import MentalState, Outcome, ReasonType, Stakes
+from .schemas import (
+    MentalState, Outcome, ReasonType, RecordDecisionParams, ReviewDecisionParams, Stakes,
+)
 
 # The values the wire accepts (app.decisions.schemas), as sets.
 STAKES = set(get_args(Stakes))
@@ -36,6 +42,10 @@ LENGTHS: dict[str, int] = {
     if isinstance(getattr(c.type, "length", None), int)
 }
 TAG_LENGTH: int = DecisionTag.__table__.c.tag.type.length
+
+
+# libyaml's safe loader when PyYAML has it (its wheels do): the same documents, faster.
+_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class Unreadable(Exception):
@@ -163,11 +173,44 @@ def decision_id(data: dict[str, Any], content: bytes) -> str:
     return hashlib.sha256(b"cstp-import:" + basis).hexdigest()[:8]
 
 
-def parse_file(path: Path, categories: tuple[str, ...]) -> Decision:
-    content = path.read_bytes()
+def read_capped(path: Path, max_bytes: int) -> bytes:
+    """The file's bytes, if it is a regular file (a symbolic link is not followed) of at most
+    ``max_bytes`` (the API's body cap: a file holds no more than a request could)."""
     try:
-        data = yaml.safe_load(content)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a link
+            raise Unreadable("a symbolic link: not followed") from None
+        raise
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise Unreadable("not a regular file")
+        content = handle.read(max_bytes + 1)
+    if len(content) > max_bytes:
+        raise Unreadable(f"larger than {max_bytes} bytes (CSTP_MAX_BODY_BYTES)")
+    return content
+
+
+def _refuse_aliases(content: bytes) -> None:
+    """Refuse YAML aliases (``*name``): each one repeats a whole node, so a kilobyte of nested
+    aliases ("billion laughs") expands to gigabytes. Our own export never writes one."""
+    try:
+        for event in yaml.parse(content, Loader=_Loader):
+            if isinstance(event, yaml.AliasEvent):
+                mark = event.start_mark
+                raise Unreadable(f"YAML aliases are not accepted (line {mark.line + 1})")
+    except yaml.YAMLError:
+        return  # safe_load reports the syntax error, with its line
+
+
+def parse_file(path: Path, categories: tuple[str, ...], max_bytes: int) -> Decision:
+    content = read_capped(path, max_bytes)
+    _refuse_aliases(content)
+    try:
+        data = yaml.load(content, Loader=_Loader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as exc:
+        if "nesting depth" in str(getattr(exc, "problem", "")):  # libyaml's own limit
+            raise Unreadable("nested too deeply") from None
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise Unreadable(f"not valid YAML{where}") from None
@@ -214,7 +257,43 @@ def parse_file(path: Path, categories: tuple[str, ...]) -> Decision:
     tags = [t for t in _scalars(data, "tags", TAG_LENGTH) if t.strip()]
     decision.tags = [DecisionTag(tag=t, position=i) for i, t in enumerate(dict.fromkeys(tags))]
     _apply_review(decision, data)
+    _within_api_limits(decision)
     return decision
+
+
+def _within_api_limits(d: Decision) -> None:
+    """Every field within the limits the API holds a client to (lengths, counts, the
+    free-form limits of ``affected_kpis``): checked by the API's own params structs, so an
+    import can store nothing a client could not have sent."""
+    recorded = {
+        "decision": d.decision, "confidence": d.confidence, "category": d.category,
+        "stakes": d.stakes, "context": d.context, "mentalState": d.mental_state,
+        "reasons": [{"type": r.type, "text": r.text, "strength": r.strength}
+                    for r in d.reasons],
+        "kpiIndicators": d.kpi_indicators or [], "tags": [t.tag for t in d.tags],
+        "project": d.project, "feature": d.feature, "pr": d.pr, "file": d.file,
+        "line": d.line, "commit": d.commit, "correlationId": d.correlation_id,
+    }
+    checks: list[tuple[dict[str, Any], type[Any]]] = [(recorded, RecordDecisionParams)]
+    if d.outcome is not None:
+        checks.append(({
+            "id": d.id, "outcome": d.outcome, "actualResult": d.actual_result,
+            "lessons": d.lessons, "notes": d.review_notes, "affectedKpis": d.affected_kpis,
+        }, ReviewDecisionParams))
+    for params, struct in checks:
+        try:
+            decode(params, struct)
+        except RpcError as exc:
+            field, problem = exc.data["field"], exc.data["error"]
+            raise Unreadable(f"{_yaml_key(field)}: {problem}") from None
+
+
+def _yaml_key(field: str) -> str:
+    """The file's spelling of an API field path: ``kpiIndicators[2]`` -> ``kpi_indicators[2]``
+    (``notes`` is ``review_notes`` in the file)."""
+    head, dot, rest = field.partition(".")
+    name = re.sub(r"(?<=[a-z])([A-Z])", lambda m: "_" + m.group(1).lower(), head)
+    return ("review_notes" if name == "notes" else name) + dot + rest
 
 
 def _reason(position: int, raw: Any) -> DecisionReason:

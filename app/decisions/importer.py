@@ -10,6 +10,7 @@ export and index entry through the outbox, like any other write.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +42,14 @@ class ImportReport:
 
 
 def find_files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.suffix in {".yaml", ".yml"} and p.is_file())
+    """The YAML files under ``root``, and the symbolic links met on the way (to a file or a
+    folder), which are listed, not followed: an import reads nothing outside its tree."""
+    found: list[Path] = []
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        base = Path(folder)
+        found.extend(base / d for d in dirs if (base / d).is_symlink())
+        found.extend(base / f for f in files if Path(f).suffix in {".yaml", ".yml"})
+    return sorted(found)
 
 
 def _chunks(items: list[Path], size: int) -> Iterator[list[Path]]:
@@ -56,11 +64,12 @@ async def import_tree(services: Services, root: Path, progress: Progress | None 
     files = find_files(root)
     report = ImportReport(files=len(files))
     categories = services.settings.categories
+    max_bytes = services.settings.max_body_bytes
     done = 0
 
     def parsed_or_listed(path: Path) -> Decision | None:
         try:
-            return parse_file(path, categories)
+            return parse_file(path, categories, max_bytes)
         except Unreadable as exc:
             reason = str(exc)
         except OSError as exc:
