@@ -1,9 +1,15 @@
-"""The ``cstp`` command: serve, database and outbox operations (client commands: clientcli)."""
+"""The ``cstp`` command: serve, database and outbox operations (client commands: app.client).
+
+Every command runs through ``CstpGroup`` (app.cli_support): an expected failure is one line on
+stderr and exit code 1, a bug is one line too, with its traceback only under ``cstp --debug``
+(or ``CSTP_LOG_LEVEL=DEBUG``). The commands that use the database first bring it to the
+newest revision when it has no tables yet, and refuse one at another revision in one line."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -12,6 +18,8 @@ from typing import Any, TypeVar
 
 import click
 
+from .cli_support import (CstpGroup, Failure, SchemaState, debugging, ensure_schema,
+                          known_revisions, redact, schema_problem, schema_state)
 from .config import ConfigError, Settings
 
 T = TypeVar("T")
@@ -25,10 +33,12 @@ def _settings() -> Settings:
 
 
 def _setup_logging(level: str) -> None:
+    """The server's logging (replacing the one-line logging of the other commands)."""
     logging.basicConfig(
         level=getattr(logging, level, logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
         stream=sys.stderr,
+        force=True,
     )
 
 
@@ -36,8 +46,10 @@ def _run(coro_fn: Callable[[], Awaitable[T]]) -> T:
     return asyncio.run(coro_fn())  # type: ignore[arg-type]
 
 
-@click.group()
-def main() -> None:
+@click.group(cls=CstpGroup)
+@click.option("--debug", is_flag=True,
+              help="Show the traceback of a failure, and debug logs (as CSTP_LOG_LEVEL=DEBUG).")
+def main(debug: bool) -> None:
     """CSTP server: decision memory and guardrails for AI agents."""
 
 
@@ -50,11 +62,10 @@ def serve(host: str | None, port: int | None, workers: int) -> None:
     import uvicorn
 
     from .auth import LOCAL_AGENT, ensure_local_token, load_tokens
-    from .db import migrate
     from .guardrails.rules import RuleFileError
 
     settings = _settings()
-    _setup_logging(settings.log_level)
+    _setup_logging("DEBUG" if debugging() else settings.log_level)
     host = host or settings.host
     port = port or settings.port
     try:
@@ -63,7 +74,7 @@ def serve(host: str | None, port: int | None, workers: int) -> None:
     except (ConfigError, RuleFileError) as exc:
         raise click.ClickException(str(exc)) from None
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    _run(lambda: migrate.upgrade(settings.database_url))
+    _run(lambda: ensure_schema(settings.database_url, upgrade_older=True))
     if not tokens:
         _token, created = ensure_local_token(settings.data_dir)
         path = (settings.data_dir / "local-token").absolute()
@@ -75,7 +86,7 @@ def serve(host: str | None, port: int | None, workers: int) -> None:
             err=True,
         )
     click.echo(
-        f"database: {_redact(settings.database_url)}\n"
+        f"database: {redact(settings.database_url)}\n"
         f"decisions: {settings.decisions_dir.absolute()}\n"
         f"vector index: {settings.chroma_url or (settings.data_dir / 'chroma').absolute()}\n"
         f"listening on http://{host}:{port}",
@@ -102,27 +113,37 @@ def _preflight(settings: Settings) -> None:
     load_rules(rule_dirs(settings.guardrails_dir))
 
 
-def _redact(url: str) -> str:
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        return f"{scheme}://***@{rest.split('@', 1)[1]}"
-    return url
-
-
 @main.group()
 def db() -> None:
     """Schema migrations (Alembic)."""
 
 
+async def _migrate(url: str, state: SchemaState,
+                   action: Callable[[], Awaitable[None]]) -> str | None:
+    """Run ``action`` (an upgrade or a downgrade) unless the database, in ``state``, is not
+    one this version can migrate (``schema_problem``); returns its revision after."""
+    from .db import migrate
+
+    problem = schema_problem(url, state)
+    if problem:
+        raise Failure(problem)
+    await action()
+    return await migrate.current(url)
+
+
 @db.command("upgrade")
 @click.argument("revision", default="head")
 def db_upgrade(revision: str) -> None:
-    """Upgrade the database to REVISION (default: head)."""
+    """Upgrade the database to REVISION (default: head); creates a new one."""
     from .db import migrate
 
-    settings = _settings()
-    _run(lambda: migrate.upgrade(settings.database_url, revision))
-    click.echo(f"at {_run(lambda: migrate.current(settings.database_url))}")
+    url = _settings().database_url
+
+    async def go() -> str | None:
+        return await _migrate(url, await schema_state(url),
+                              lambda: migrate.upgrade(url, revision))
+
+    click.echo(f"at {_run(go)}")
 
 
 @db.command("downgrade")
@@ -131,19 +152,29 @@ def db_downgrade(revision: str) -> None:
     """Downgrade the database to REVISION ('base' removes every table)."""
     from .db import migrate
 
-    settings = _settings()
-    _run(lambda: migrate.downgrade(settings.database_url, revision))
-    click.echo(f"at {_run(lambda: migrate.current(settings.database_url))}")
+    url = _settings().database_url
+
+    async def go() -> str | None:
+        state = await schema_state(url)
+        if state.empty:  # nothing to remove (and no database file is created for nothing)
+            if revision != "base":
+                raise Failure(f"the database {redact(url)} has no tables: nothing to downgrade")
+            return None
+        return await _migrate(url, state, lambda: migrate.downgrade(url, revision))
+
+    click.echo(f"at {_run(go)}")
 
 
 @db.command("current")
 def db_current() -> None:
-    """Show the database's revision and the newest one."""
+    """Show the database's revision and the newest one (creates nothing)."""
     from .db import migrate
 
-    settings = _settings()
-    current = _run(lambda: migrate.current(settings.database_url))
-    click.echo(f"current: {current or 'none'}\nhead: {migrate.head_revision()}")
+    state = _run(lambda: schema_state(_settings().database_url))
+    current = state.revision or "none"
+    if state.revision is not None and state.revision not in known_revisions():
+        current += " (unknown to this version: a newer cstp migrated the database)"
+    click.echo(f"current: {current}\nhead: {migrate.head_revision()}")
 
 
 @db.command("check")
@@ -151,8 +182,13 @@ def db_check() -> None:
     """Fail when the models and the migrated schema differ."""
     from .db import migrate
 
-    settings = _settings()
-    diffs = _run(lambda: migrate.drift(settings.database_url))
+    url = _settings().database_url
+
+    async def check() -> list[Any]:
+        await ensure_schema(url, migrate_empty=False)
+        return await migrate.drift(url)
+
+    diffs = _run(check)
     if diffs:
         for diff in diffs:
             click.echo(f"drift: {diff}", err=True)
@@ -167,6 +203,7 @@ def _with_services(work: Callable[[Any], Awaitable[T]]) -> T:
     settings = _settings()
 
     async def go() -> T:
+        await ensure_schema(settings.database_url)
         services = build_services(settings)
         try:
             return await work(services)
@@ -230,13 +267,17 @@ def export_tree() -> None:
 
 
 @main.command("import")
-@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("directory", type=click.Path(path_type=Path))
 def import_tree_command(directory: Path) -> None:
     """Load a tree of decision YAML files into the database (idempotent), then index them.
 
     Exits 1 when a file could not be imported or an event is left to retry."""
     from .decisions.importer import import_tree
     from .outbox.relay import LEASE
+
+    if not directory.is_dir():
+        raise Failure(f"{directory}: {'not a' if directory.exists() else 'no such'} directory")
+    os.scandir(directory).close()  # an unreadable directory fails here, in one line
 
     async def work(services: Any) -> Any:
         with click.progressbar(length=1, label="importing", file=sys.stderr) as bar:
@@ -265,6 +306,9 @@ def import_tree_command(directory: Path) -> None:
         f"failed {len(report.failed)}; indexed and exported: {done} event(s), "
         f"{left} to retry"
     )
+    if left:
+        click.echo(f"{left} event(s) left to retry: `cstp outbox` shows why, "
+                   "`cstp outbox drain` retries them", err=True)
     if report.failed or left:
         sys.exit(1)
 
