@@ -13,30 +13,22 @@ from .auth import LOCAL_AGENT, TokenTable, ensure_local_token, load_tokens
 from .config import ConfigError, Settings
 from .rpc import discover
 from .rpc.dispatcher import Dispatcher
-from .rpc.registry import Registry
+from .operations.registry import Registry
 from .rpc.route import build_rpc_route
 from .runtime import Runtime
 from .search.embedder import Embedder
 from .services import build_services
+from .table import build_registry as build_operations
 from .system.routes import agent_card, health, ready
 
 log = logging.getLogger("cstp")
 
 
 def build_registry() -> Registry:
-    from .calibration import rpc as calibration_rpc
-    from .decisions import rpc as decisions_rpc
-    from .guardrails import rpc as guardrails_rpc
-    from .intents import rpc as intents_rpc
-    from .search import rpc as search_rpc
-
-    registry = Registry()
-    decisions_rpc.register(registry)
-    calibration_rpc.register(registry)
-    guardrails_rpc.register(registry)
-    search_rpc.register(registry)
-    intents_rpc.register(registry)
-    discover.register(registry)  # last: its document lists every method registered above
+    """The operation table, plus the JSON-RPC face's own ``rpc.discover`` (registered last:
+    its document lists every operation)."""
+    registry = build_operations()
+    discover.register(registry)
     return registry
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from .config import Settings
 from .db import models as _all_models  # noqa: F401  (every table known before any flush)
 from .db.engine import Database
-from .rpc.ratelimit import MemoryRateLimiter, RateLimiter, RedisRateLimiter
+from .operations.ratelimit import MemoryRateLimiter, RateLimiter, RedisRateLimiter
 from .runtime import Runtime
 
 if TYPE_CHECKING:

@@ -15,9 +15,9 @@ from sqlalchemy import ColumnElement, Float, Select, case, func, literal, null, 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.decisions import Decision
-from app.rpc.context import CallContext
-from app.rpc.errors import invalid_params
-from app.rpc.params import parse_timestamp
+from app.operations.context import CallContext
+from app.errors import invalid_params
+from app.operations.params import parse_timestamp
 from app.runtime import iso
 
 from .schemas import BUCKETS, DEFAULT_MIN_DECISIONS, STAKES_ORDER, TOLERANCE

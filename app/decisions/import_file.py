@@ -20,8 +20,8 @@ from typing import Any, get_args
 import yaml
 
 from app.db.decisions import Decision, DecisionReason, DecisionTag
-from app.rpc.errors import RpcError
-from app.rpc.params import decode, nul_path
+from app.errors import CstpError
+from app.operations.params import decode, nul_path
 
 from .document import summarize
 from .schemas import (
@@ -283,7 +283,7 @@ def _within_api_limits(d: Decision) -> None:
     for params, struct in checks:
         try:
             decode(params, struct)
-        except RpcError as exc:
+        except CstpError as exc:
             field, problem = exc.data["field"], exc.data["error"]
             raise Unreadable(f"{_yaml_key(field)}: {problem}") from None
 

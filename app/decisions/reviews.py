@@ -12,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.decisions import DecisionReview
-from app.rpc.context import CallContext
+from app.operations.context import CallContext
 from app.runtime import iso
 
 from . import document

@@ -16,9 +16,9 @@ from sqlalchemy.orm import selectinload
 
 from app.db.decisions import Decision, DecisionReason, DecisionTag
 from app.guardrails.service import Request, Staged, evaluate_request
-from app.rpc.context import CallContext
-from app.rpc.errors import GUARDRAIL_EVAL_FAILED, RpcError, decision_not_found, invalid_params
-from app.rpc.params import parse_timestamp
+from app.operations.context import CallContext
+from app.errors import GUARDRAIL_EVAL_FAILED, CstpError, decision_not_found, invalid_params
+from app.operations.params import parse_timestamp
 from app.runtime import iso
 
 from . import document
@@ -61,7 +61,7 @@ def _evaluate_guardrails(ctx: CallContext, p: RecordDecisionParams) -> Staged | 
     request = Request(p.decision, p.category, p.stakes, p.confidence, p.project, {})
     try:
         return evaluate_request(ctx, request, source="recordDecision")
-    except RpcError as exc:
+    except CstpError as exc:
         if exc.code != GUARDRAIL_EVAL_FAILED:
             raise
         return None

@@ -39,7 +39,7 @@ from app.db.engine import Database
 from app.db.outbox import OutboxEvent
 from app.guardrails.service import Staged, store
 from app.outbox.relay import Relay
-from app.rpc.errors import STORAGE_ERROR, RpcError
+from app.errors import STORAGE_ERROR, CstpError
 from app.runtime import Runtime
 
 log = logging.getLogger("cstp.decisions")
@@ -99,7 +99,7 @@ class RecordWriter:
                 committed = await self._commit_group(group, built)
             except asyncio.CancelledError:
                 for unit in group:
-                    _fail(unit, RpcError(STORAGE_ERROR, "Storage error: server shutting down"))
+                    _fail(unit, CstpError(STORAGE_ERROR, "Storage error: server shutting down"))
                 for unit, decision, _events in held:  # committed: the outbox finishes them
                     if not unit.future.done():
                         unit.future.set_result((decision, False))
@@ -196,7 +196,7 @@ class RecordWriter:
             except IntegrityError:
                 # Rolling back the savepoint already took ``decision`` out of the session.
                 continue
-        raise RpcError(STORAGE_ERROR, "Storage error: no free decision id could be drawn")
+        raise CstpError(STORAGE_ERROR, "Storage error: no free decision id could be drawn")
 
     async def _deliver(self, committed: _Committed) -> None:
         """The outbox pass for a committed group, then each call's answer."""

@@ -14,8 +14,8 @@ from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.guardrails import GuardrailEvaluation, GuardrailRuleResult
-from app.rpc.context import CallContext
-from app.rpc.errors import GUARDRAIL_EVAL_FAILED, RpcError, invalid_params
+from app.operations.context import CallContext
+from app.errors import GUARDRAIL_EVAL_FAILED, CstpError, invalid_params
 from app.runtime import iso
 
 from .evaluate import Evaluation, evaluate
@@ -93,7 +93,7 @@ def evaluate_request(
     facts = facts_of(request)
     evaluation = evaluate(ctx.services.rules, facts, scope_of(request))
     if evaluation.failed:
-        raise RpcError(GUARDRAIL_EVAL_FAILED, "Guardrail evaluation failed: no rule could be "
+        raise CstpError(GUARDRAIL_EVAL_FAILED, "Guardrail evaluation failed: no rule could be "
                        "evaluated for this request")
     now = ctx.services.runtime.now()
     evaluation_id = ctx.services.runtime.uuid()

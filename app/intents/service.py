@@ -18,8 +18,8 @@ from sqlalchemy.exc import IntegrityError
 
 from app.db.intents import Intent, IntentMatch
 from app.guardrails.service import Request, check
-from app.rpc.context import CallContext
-from app.rpc.errors import CONFLICT, RpcError
+from app.operations.context import CallContext
+from app.errors import CONFLICT, CstpError
 from app.runtime import iso
 from app.search.filters import SearchFilters
 from app.search.service import Found, search
@@ -92,7 +92,7 @@ async def _stored(ctx: CallContext, correlation_id: str, *, in_call: bool = True
 
 def _replay(stored: Row[Any], fingerprint: str) -> msgspec.Raw:
     if stored.request_hash != fingerprint or stored.response is None:
-        raise RpcError(
+        raise CstpError(
             CONFLICT, "Conflict: this correlationId was already used for a different intent",
             {"correlationId": stored.correlation_id},
         )
@@ -168,7 +168,7 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
     return msgspec.Raw(encoded)
 
 
-async def record_failure(ctx: CallContext, raw: dict[str, Any], error: RpcError) -> None:
+async def record_failure(ctx: CallContext, raw: dict[str, Any], error: CstpError) -> None:
     """The audit row of an announcement that did not succeed (rate limited or failed)."""
 
     def text(key: str) -> str | None:

@@ -14,9 +14,9 @@ import msgspec
 
 from app.version import __version__
 
-from .context import CallContext
-from .errors import COMMON, MESSAGES
-from .registry import Method, Registry
+from app.errors import COMMON, MESSAGES
+from app.operations.context import CallContext
+from app.operations.registry import Operation, Registry
 
 OPENRPC_VERSION = "1.3.2"
 REF_TEMPLATE = "#/components/schemas/{name}"
@@ -27,7 +27,7 @@ class DiscoverParams(msgspec.Struct):
 
 
 def build_document(registry: Registry) -> dict[str, Any]:
-    methods = registry.methods()
+    methods = registry.operations()
     types = [t for m in methods for t in (m.params, m.result)]
     schemas, components = msgspec.json.schema_components(types, ref_template=REF_TEMPLATE)
     schemas, components = _portable(schemas), _portable(components)
@@ -68,7 +68,7 @@ def _portable(schema: Any) -> Any:
 
 
 def _method(
-    method: Method, params: dict[str, Any], result: dict[str, Any], components: dict[str, Any]
+    method: Operation, params: dict[str, Any], result: dict[str, Any], components: dict[str, Any]
 ) -> dict[str, Any]:
     struct = components[params["$ref"].rsplit("/", 1)[-1]]
     required = set(struct.get("required", ()))
@@ -76,6 +76,7 @@ def _method(
     return {
         "name": method.name,
         "summary": method.summary,
+        **({"description": method.description} if method.description else {}),
         "paramStructure": "by-name",
         "params": [
             {"name": name, "schema": schema, "required": name in required}
@@ -96,7 +97,7 @@ def register(registry: Registry) -> None:
     async def discover(ctx: CallContext, params: DiscoverParams) -> dict[str, Any]:
         return document()
 
-    registry.add(Method(
+    registry.add(Operation(
         "rpc.discover", DiscoverParams, dict[str, Any], discover,
         "This document: every method with the JSON Schema of its params and result, and the "
         "errors it can answer (OpenRPC 1.x).",

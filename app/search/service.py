@@ -16,9 +16,9 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app.decisions import document
-from app.rpc.context import CallContext
-from app.rpc.errors import query_failed
-from app.rpc.params import parse_timestamp
+from app.operations.context import CallContext
+from app.errors import query_failed
+from app.operations.params import parse_timestamp
 
 from .filters import SearchFilters, matches, to_where
 from .index import Hit, IndexUnavailable

@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from app.rpc.registry import Method
+from app.operations.registry import Operation
 
 AUTH = {"Authorization": "Bearer token-alice", "Content-Type": "application/json"}
 
@@ -180,7 +180,7 @@ async def test_unexpected_error_is_generic_and_logged(
     async def explode(ctx: Any, params: Any) -> Any:
         raise RuntimeError("secret detail /etc/passwd SELECT * FROM decisions")
 
-    client.app.state.registry.add(Method("test.explode", NoParams, dict, explode, "explodes"))
+    client.app.state.registry.add(Operation("test.explode", NoParams, dict, explode, "explodes"))
     with caplog.at_level(logging.INFO, logger="cstp.rpc"):
         answer = await rpc.call("test.explode")
     assert answer["error"] == {"code": -32603, "message": "Internal error"}

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from app.rpc.params import (
+from app.operations.params import (
     FREE_FORM_MAX_BYTES, FREE_FORM_MAX_DEPTH, FREE_FORM_MAX_KEY_LENGTH, FREE_FORM_MAX_KEYS,
 )
 from conftest import Rpc

@@ -30,8 +30,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.asgi import create_app
 from app.config import RateLimit, Settings, parse_rate_limits
-from app.rpc.errors import RpcError
-from app.rpc.ratelimit import MemoryRateLimiter, RedisRateLimiter
+from app.errors import CstpError
+from app.operations.ratelimit import MemoryRateLimiter, RedisRateLimiter
 from app.search.embedder import Embedder
 from conftest import Rpc, serve_app, wait_until_up
 
@@ -213,11 +213,11 @@ async def test_memory_limiter_refills_at_the_budget_rate() -> None:
     limiter = MemoryRateLimiter(parse_rate_limits("default=3/60"), clock=lambda: now[0])
     for _ in range(3):
         await limiter.check("a", "m")
-    with pytest.raises(RpcError) as info:
+    with pytest.raises(CstpError) as info:
         await limiter.check("a", "m")
     assert info.value.code == -32002 and info.value.data == {"retryAfterMs": 20000}
     now[0] += 5
-    with pytest.raises(RpcError) as info:
+    with pytest.raises(CstpError) as info:
         await limiter.check("a", "m")
     assert info.value.data == {"retryAfterMs": 15000}
     now[0] += 15
@@ -234,7 +234,7 @@ async def test_redis_limiter_is_atomic_across_tasks_and_connections() -> None:
     async def attempt(n: int) -> int:
         try:
             await limiters[n % 3].check("agent", "cstp.checkGuardrails")
-        except RpcError as exc:
+        except CstpError as exc:
             assert exc.code == -32002
             retry = exc.data["retryAfterMs"]
             assert isinstance(retry, int) and 0 < retry <= 6000

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import msgspec
 from msgspec import inspect as mi
 
-from .errors import INVALID_PARAMS, RpcError, invalid_params
+from app.errors import INVALID_PARAMS, CstpError, invalid_params
 
 T = TypeVar("T")
 
@@ -195,7 +195,7 @@ def _field_path(path: str) -> str:
     return path[1:] if path.startswith(".") else path
 
 
-def _to_invalid_params(text: str, struct: type[Any]) -> RpcError:
+def _to_invalid_params(text: str, struct: type[Any]) -> CstpError:
     match = _AT.match(text)
     message = match.group("msg") if match else text
     path = _field_path(match.group("path") or "") if match else ""
@@ -266,7 +266,7 @@ def ensure_object(params: Any) -> dict[str, Any]:
     if params is None:
         return {}
     if not isinstance(params, dict):
-        raise RpcError(INVALID_PARAMS, data={"field": "params", "error": "must be an object"})
+        raise CstpError(INVALID_PARAMS, data={"field": "params", "error": "must be an object"})
     return params
 
 

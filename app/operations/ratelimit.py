@@ -15,7 +15,7 @@ from typing import Protocol
 
 from app.config import RateLimit
 
-from .errors import rate_limited, unavailable
+from app.errors import rate_limited, unavailable
 
 log = logging.getLogger("cstp.ratelimit")
 # How long a client is told to wait when the shared store is unreachable: about as long as a

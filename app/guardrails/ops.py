@@ -1,12 +1,12 @@
-"""Registers cstp.checkGuardrails and cstp.listGuardrails."""
+"""The guardrail operations: checkGuardrails and listGuardrails."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from app.rpc.context import CallContext
-from app.rpc.errors import GUARDRAIL_EVAL_FAILED
-from app.rpc.registry import Method, Registry
+from app.errors import GUARDRAIL_EVAL_FAILED
+from app.operations.context import CallContext
+from app.operations.registry import Operation, Registry
 
 from .schemas import (
     CheckGuardrailsParams, CheckGuardrailsResult, ListGuardrailsParams, ListGuardrailsResult,
@@ -35,13 +35,20 @@ async def list_guardrails(ctx: CallContext, p: ListGuardrailsParams) -> dict[str
 
 
 def register(registry: Registry) -> None:
-    registry.add(Method(
+    registry.add(Operation(
         "cstp.checkGuardrails", CheckGuardrailsParams, CheckGuardrailsResult, check_guardrails,
         "Evaluate an action against the guardrails; the evaluation is stored for audit.",
-        errors=(GUARDRAIL_EVAL_FAILED,),
+        "Check whether the organisation's guardrails allow an action, without announcing it: "
+        "give its description, category, stakes, your confidence and the facts the rules "
+        "read (context, e.g. affects_production, code_review). Answers allowed (false: a "
+        "blocking rule fired, do not proceed), the violations and warnings with suggestions.",
+        errors=(GUARDRAIL_EVAL_FAILED,), tool="check_guardrails",
     ))
-    registry.add(Method(
+    registry.add(Operation(
         "cstp.listGuardrails", ListGuardrailsParams, ListGuardrailsResult, list_guardrails,
         "The guardrails in force, optionally only those that apply to one project (scope).",
-        writes=False,
+        "List the guardrail rules in force (optionally those of one project scope): what each "
+        "checks, whether it blocks or warns, and its suggestion. Use it to know the rules "
+        "before planning an action.",
+        writes=False, tool="list_guardrails",
     ))

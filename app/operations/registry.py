@@ -1,0 +1,66 @@
+"""The operation table: every operation, its params and result types, its handler and the
+errors it can answer, in one table that every face serves.
+
+The JSON-RPC face dispatches on it (and ``rpc.discover`` documents every entry), the MCP face
+lists it as tools, and the agent card lists ``registry.names()``: an operation added here
+appears everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from app.errors import CstpError
+
+    from .context import CallContext
+
+Handler = Callable[["CallContext", Any], Awaitable[Any]]
+# Called in a fresh transaction when a call of this operation fails (validation, rate limit,
+# handler error), so audit tables can record how it ended.
+FailureHook = Callable[["CallContext", dict[str, Any], "CstpError"], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Operation:
+    name: str
+    params: type[Any]
+    result: Any  # the type of what the handler answers (a Struct, or dict[str, Any])
+    handler: Handler
+    summary: str  # one line (OpenRPC summary)
+    # For a model deciding when to call it: what it is for, when to call it, what it answers
+    # (the MCP tool description and the OpenRPC description).
+    description: str = ""
+    writes: bool = True
+    on_failure: FailureHook | None = None
+    # Error codes this operation answers beyond those every one can (app.errors.COMMON).
+    errors: tuple[int, ...] = ()
+    # Its MCP tool name (snake_case); None: not offered as a tool (rpc.discover).
+    tool: str | None = None
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._operations: dict[str, Operation] = {}
+
+    def add(self, operation: Operation) -> None:
+        if operation.name in self._operations:
+            raise ValueError(f"operation {operation.name} registered twice")
+        if operation.tool is not None and operation.tool in {o.tool for o in self.operations()}:
+            raise ValueError(f"tool name {operation.tool} registered twice")
+        self._operations[operation.name] = operation
+
+    def get(self, name: str) -> Operation | None:
+        return self._operations.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._operations)
+
+    def operations(self) -> list[Operation]:
+        return [self._operations[name] for name in self.names()]
+
+    def tools(self) -> list[Operation]:
+        """The operations offered as MCP tools, by tool name."""
+        return sorted((o for o in self.operations() if o.tool), key=lambda o: o.tool or "")

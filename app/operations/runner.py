@@ -1,0 +1,106 @@
+"""The runner every face calls: one operation call, from raw params to its result.
+
+Rate limit, params validation, one transaction per call (committed, then the after-commit
+steps), the failure hook that audits a failed call, and one structured log line per call.
+A face resolves the operation, hands the raw params (a JSON object) and the caller's agent,
+and renders the result or the ``CstpError`` raised.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from app.errors import CstpError, internal_error, invalid_params, storage_error
+
+from .context import CallContext
+from .params import decode, ensure_object
+from .registry import Operation
+
+if TYPE_CHECKING:
+    from app.services import Services
+
+log = logging.getLogger("cstp.rpc")
+
+
+class Runner:
+    def __init__(self, services: Services) -> None:
+        self.services = services
+
+    async def run(
+        self, operation: Operation, raw_params: Any, agent: str, *, face: str = "jsonrpc",
+        request_id: Any = None,
+    ) -> Any:
+        """The operation's result, or a ``CstpError`` to render (a bug becomes -32603)."""
+        started = time.perf_counter()
+        raw: dict[str, Any] = {}
+        try:
+            raw = ensure_object(raw_params)
+            await self.services.limiter.check(agent, operation.name)
+            try:
+                params = decode(raw, operation.params)
+            except RecursionError:
+                raise invalid_params("params", "is nested too deeply") from None
+            result = await self._run(operation, params, agent)
+        except CstpError as exc:
+            error = exc
+        except Exception:
+            log.exception("unexpected error in %s", operation.name)
+            error = internal_error()
+        else:
+            log_call(agent, operation.name, request_id, "ok", started, face)
+            return result
+        if operation.on_failure is not None:
+            await self._record_failure(operation, agent, raw, error)
+        log_call(agent, operation.name, request_id, str(error.code), started, face)
+        raise error
+
+    async def _run(self, operation: Operation, params: Any, agent: str) -> Any:
+        try:
+            async with self.services.db.transaction(write=operation.writes) as session:
+                ctx = CallContext(agent, operation.name, self.services, session)
+                result = await operation.handler(ctx, params)
+        except (SQLAlchemyError, OSError):
+            # OSError: asyncpg raises ConnectionRefusedError (and TimeoutError) unwrapped when
+            # it cannot reach Postgres; that is the database, not a bug in the server.
+            log.exception("database error in %s", operation.name)
+            raise storage_error() from None
+        for callback in ctx.after_commit:
+            try:
+                await callback()
+            except Exception:
+                # The call's rows are committed; the outbox will finish what failed here.
+                log.exception("after-commit step of %s failed", operation.name)
+        return result
+
+    async def _record_failure(
+        self, operation: Operation, agent: str, raw_params: dict[str, Any], error: CstpError
+    ) -> None:
+        assert operation.on_failure is not None
+        try:
+            async with self.services.db.transaction(write=True) as session:
+                ctx = CallContext(agent, operation.name, self.services, session)
+                await operation.on_failure(ctx, raw_params, error)
+        except Exception:
+            log.exception("could not record the failure of %s", operation.name)
+
+
+def log_call(
+    agent: str, name: str, request_id: Any, outcome: str, started: float, face: str
+) -> None:
+    """One structured line per call: agent, operation, id, outcome, duration, face."""
+    if log.isEnabledFor(logging.INFO):
+        line = {
+            "event": "rpc",
+            "face": face,
+            "agent": agent,
+            "method": name[:200],
+            "id": request_id,
+            "outcome": outcome,
+            "durationMs": round((time.perf_counter() - started) * 1000, 2),
+        }
+        log.info(json.dumps(line, default=str))
