@@ -11,6 +11,8 @@ from litestar import Litestar
 
 from .auth import LOCAL_AGENT, TokenTable, ensure_local_token, load_tokens
 from .config import ConfigError, Settings
+from .mcp.http import build_mcp_mount
+from .operations.runner import Runner
 from .rpc import discover
 from .rpc.dispatcher import Dispatcher
 from .operations.registry import Registry
@@ -66,7 +68,9 @@ def create_app(
     check_rate_limits(settings, registry)
     tokens = resolve_tokens(settings)
     services = build_services(settings, runtime, embedder)
-    dispatcher = Dispatcher(registry, services)
+    runner = Runner(services)  # both faces run their calls through it
+    dispatcher = Dispatcher(registry, services, runner)
+    mcp_endpoint, mcp_lifespan = build_mcp_mount(settings, registry, runner, tokens)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -78,8 +82,10 @@ def create_app(
             await services.close()
 
     app = Litestar(
-        route_handlers=[build_rpc_route(settings.max_body_bytes), health, ready, agent_card],
-        lifespan=[lifespan],
+        route_handlers=[
+            build_rpc_route(settings.max_body_bytes), mcp_endpoint, health, ready, agent_card,
+        ],
+        lifespan=[lifespan, mcp_lifespan],
         debug=False,
         logging_config=None,
     )

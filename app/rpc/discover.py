@@ -12,11 +12,11 @@ from typing import Any
 
 import msgspec
 
-from app.version import __version__
-
 from app.errors import COMMON, MESSAGES
 from app.operations.context import CallContext
 from app.operations.registry import Operation, Registry
+from app.operations.schema import resolved, schemas
+from app.version import __version__
 
 OPENRPC_VERSION = "1.3.2"
 REF_TEMPLATE = "#/components/schemas/{name}"
@@ -28,12 +28,10 @@ class DiscoverParams(msgspec.Struct):
 
 def build_document(registry: Registry) -> dict[str, Any]:
     methods = registry.operations()
-    types = [t for m in methods for t in (m.params, m.result)]
-    schemas, components = msgspec.json.schema_components(types, ref_template=REF_TEMPLATE)
-    schemas, components = _portable(schemas), _portable(components)
+    pairs, components = schemas(methods, REF_TEMPLATE)
     described = [
         _method(m, params, result, components)
-        for m, params, result in zip(methods, schemas[::2], schemas[1::2], strict=True)
+        for m, (params, result) in zip(methods, pairs, strict=True)
     ]
     return {
         "openrpc": OPENRPC_VERSION,
@@ -52,25 +50,10 @@ def build_document(registry: Registry) -> dict[str, Any]:
     }
 
 
-def _portable(schema: Any) -> Any:
-    """JSON Schema patterns are ECMA-262 regular expressions, which know no ``\\A`` and
-    ``\\Z``: our whole-string anchors (there because Python's ``$`` also matches before a
-    final newline) become ``^`` and ``$``, which mean the same there."""
-    if isinstance(schema, dict):
-        out = {key: _portable(value) for key, value in schema.items()}
-        pattern = out.get("pattern")
-        if isinstance(pattern, str) and pattern.startswith("\\A") and pattern.endswith("\\Z"):
-            out["pattern"] = "^" + pattern[2:-2] + "$"
-        return out
-    if isinstance(schema, list):
-        return [_portable(item) for item in schema]
-    return schema
-
-
 def _method(
     method: Operation, params: dict[str, Any], result: dict[str, Any], components: dict[str, Any]
 ) -> dict[str, Any]:
-    struct = components[params["$ref"].rsplit("/", 1)[-1]]
+    struct = resolved(params, components)
     required = set(struct.get("required", ()))
     codes = sorted({*method.errors, *COMMON}, reverse=True)
     return {

@@ -51,10 +51,10 @@ def _error(rid: Any, error: CstpError) -> dict[str, Any]:
 
 
 class Dispatcher:
-    def __init__(self, registry: Registry, services: Services) -> None:
+    def __init__(self, registry: Registry, services: Services, runner: Runner) -> None:
         self.registry = registry
         self.services = services
-        self.runner = Runner(services)
+        self.runner = runner
 
     async def handle(self, body: bytes, agent: str) -> bytes | None:
         """Answer one HTTP body; ``None`` means no response object (notifications only)."""
