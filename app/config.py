@@ -49,6 +49,9 @@ class Settings:
     outbox_poll_seconds: float = 2.0
     relay_enabled: bool = True
     log_level: str = "INFO"
+    # Host header values /mcp accepts (DNS-rebinding protection of the MCP SDK); empty: this
+    # machine's loopback names and CSTP_HOST, with any port. ("*",): any host.
+    mcp_allowed_hosts: tuple[str, ...] = ()
 
     @property
     def is_sqlite(self) -> bool:
@@ -90,6 +93,7 @@ class Settings:
             max_batch=_int(env, "CSTP_MAX_BATCH", 50, 1, 10_000),
             outbox_max_attempts=_int(env, "CSTP_OUTBOX_MAX_ATTEMPTS", 8, 1, 1000),
             log_level=(env.get("CSTP_LOG_LEVEL") or "INFO").upper(),
+            mcp_allowed_hosts=_hosts(env.get("CSTP_MCP_ALLOWED_HOSTS")),
         )
 
 
@@ -108,6 +112,17 @@ def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int) -
     if not low <= value <= high:
         raise ConfigError(f"{name} must be between {low} and {high}, got {value}")
     return value
+
+
+def _hosts(raw: str | None) -> tuple[str, ...]:
+    hosts = tuple(h.strip() for h in (raw or "").split(",") if h.strip())
+    bad = [h for h in hosts if any(c.isspace() or c in "/@" for c in h)]
+    if bad:
+        raise ConfigError(
+            f"CSTP_MCP_ALLOWED_HOSTS: {bad[0]!r} is not a host (write cstp.example.com, "
+            f"cstp.example.com:443, 10.0.0.5:* or *)"
+        )
+    return hosts
 
 
 def _categories(raw: str | None) -> tuple[str, ...]:
