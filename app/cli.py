@@ -254,7 +254,7 @@ def export_tree() -> None:
     """Rebuild the YAML tree (CSTP_DECISIONS_DIR) from the database, with progress."""
     from .decisions.bulk import export_all
 
-    async def work(services: Any) -> int:
+    async def work(services: Any) -> Any:
         with click.progressbar(length=0, label="exporting", file=sys.stderr) as bar:
             def progress(done: int, total: int) -> None:
                 bar.length = total
@@ -262,8 +262,12 @@ def export_tree() -> None:
 
             return await export_all(services, progress=progress)
 
-    count = _with_services(work)
-    click.echo(f"exported {count} decision file(s)")
+    exported = _with_services(work)
+    click.echo(f"exported {exported} decision file(s)")
+    for decision_id, reason in exported.failed:
+        click.echo(f"could not export decision {decision_id}: {reason}", err=True)
+    if exported.failed:
+        sys.exit(1)
 
 
 @main.command("import")

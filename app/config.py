@@ -45,6 +45,8 @@ class Settings:
     categories: tuple[str, ...] = DEFAULT_CATEGORIES
     max_body_bytes: int = 1_048_576
     max_batch: int = 50
+    # Failures of an unknown kind before an outbox event is dead; an unreachable dependency
+    # never counts and an undeliverable decision is dead at once (app.outbox.failures).
     outbox_max_attempts: int = 8
     outbox_poll_seconds: float = 2.0
     relay_enabled: bool = True

@@ -25,3 +25,9 @@ class OutboxEvent(Base):
     available_at: Mapped[datetime] = mapped_column(UtcDateTime)
     processed_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     last_error: Mapped[str | None] = mapped_column(Text)
+    # The kind of the last failure (app.outbox.failures): "transient" (a dependency was
+    # unreachable: retried until it works), "permanent" (can never succeed as it is: dead at
+    # once) or "unknown"; None before any failure, and while a relay holds the event's lease.
+    failure_kind: Mapped[str | None] = mapped_column(String(16))
+    # Failures of the unknown kind: the event is dead when they reach CSTP_OUTBOX_MAX_ATTEMPTS.
+    unknown_failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")

@@ -5,6 +5,10 @@ The tree is derived data: every file can be written again from its row. This wal
 transaction per batch, so neither the table nor a long-lived transaction is ever held), and
 writes each file with the very functions the outbox's ``export`` handler uses, so the output
 is byte-identical to what the outbox wrote.
+
+A decision that cannot be written as YAML (a value nested too deeply for the emitter, say: the
+API refuses such input now, but an older database may hold it) is reported by id with the
+reason and the export goes on; what fails writing (a full disk) stops it.
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ from typing import TYPE_CHECKING
 from sqlalchemy import func, select
 
 from app.db.decisions import Decision
+from app.outbox.failures import PERMANENT, classify
 
 from .document import load_decisions
-from .export import export_decision
+from .export import render, target_path, write_atomic
 
 if TYPE_CHECKING:
     from app.services import Services
@@ -28,19 +33,44 @@ Progress = Callable[[int, int], None]
 DEFAULT_BATCH = 500
 
 
-def _write_batch(root: Path, decisions: Sequence[Decision]) -> None:
+class Exported(int):
+    """The number of files written (an int, as ``export_all`` always returned), and in
+    ``failed`` the decisions that cannot be written as YAML: ``(id, reason)`` in id order."""
+
+    failed: tuple[tuple[str, str], ...]
+
+    def __new__(cls, written: int, failed: Sequence[tuple[str, str]] = ()) -> Exported:
+        value = super().__new__(cls, written)
+        value.failed = tuple(failed)
+        return value
+
+
+def _write_batch(root: Path, decisions: Sequence[Decision]) -> list[tuple[str, str]]:
+    """Write each file; returns (id, reason) of those that cannot be rendered."""
+    failed: list[tuple[str, str]] = []
     for decision in decisions:
-        export_decision(root, decision)
+        try:
+            content = render(decision)
+        except Exception as exc:
+            failure = classify(exc, building="the YAML file")
+            if failure.kind != PERMANENT:
+                raise
+            failed.append((decision.id, failure.error))
+            continue
+        write_atomic(target_path(root, decision), content)
+    return failed
 
 
 async def export_all(
     services: Services, progress: Progress | None = None, batch: int = DEFAULT_BATCH
-) -> int:
-    """Write every decision's YAML file under ``settings.decisions_dir``; returns the count.
+) -> Exported:
+    """Write every decision's YAML file under ``settings.decisions_dir``; returns the count
+    of files written, with ``.failed`` naming each decision that cannot be written as YAML.
 
     ``progress(done, total)`` is called after each batch. ``total`` is counted up front; rows
     added while the export runs are exported too when their id sorts after the cursor, and
     ``total`` then grows so that ``done`` never exceeds it; the last report is ``(n, n)``.
+    ``done`` counts the decisions handled, written or failed.
     """
     if batch < 1:
         raise ValueError("batch must be at least 1")
@@ -49,6 +79,7 @@ async def export_all(
     async with db.transaction(write=False) as session:
         total = int(await session.scalar(select(func.count()).select_from(Decision)) or 0)
     done = 0
+    failed: list[tuple[str, str]] = []
     last_id: str | None = None
     while True:
         async with db.transaction(write=False) as session:
@@ -60,7 +91,7 @@ async def export_all(
                 break
             loaded = await load_decisions(session, ids)
         decisions = [loaded[i] for i in ids if i in loaded]  # a row deleted meanwhile is skipped
-        await asyncio.to_thread(_write_batch, root, decisions)
+        failed += await asyncio.to_thread(_write_batch, root, decisions)
         done += len(decisions)
         last_id = ids[-1]
         total = max(total, done)
@@ -70,4 +101,4 @@ async def export_all(
             break
     if progress is not None and (done == 0 or total != done):
         progress(done, done)  # the last report always reads (n, n), even if rows went away
-    return done
+    return Exported(done - len(failed), failed)

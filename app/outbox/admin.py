@@ -9,6 +9,25 @@ from sqlalchemy import select
 from app.db.outbox import OutboxEvent
 from app.runtime import iso
 
+from .failures import PERMANENT, TRANSIENT, UNKNOWN
+
+
+def why(event: OutboxEvent) -> str:
+    """Why an event is dead, or what a pending one is waiting for, in a few words."""
+    error = event.last_error or "no error recorded"
+    if event.status == "dead":
+        if event.failure_kind == PERMANENT:
+            return f"dead: can never succeed as it is: {error}"
+        if event.failure_kind == UNKNOWN:
+            return (f"dead: failed {event.unknown_failures} time(s) in an unforeseen way "
+                    f"(CSTP_OUTBOX_MAX_ATTEMPTS): {error}")
+        return f"dead: {error}"
+    if event.failure_kind == TRANSIENT:
+        return f"waiting for a dependency, retried until it works: {error}"
+    if event.last_error:
+        return f"retrying after: {error}"
+    return ""
+
 
 async def describe(services: Any, limit: int = 50) -> list[str]:
     counts = await services.relay.counts()
@@ -17,13 +36,19 @@ async def describe(services: Any, limit: int = 50) -> list[str]:
         rows = await session.scalars(
             select(OutboxEvent)
             .where(OutboxEvent.status.in_(["pending", "dead"]))
-            .order_by(OutboxEvent.id)
+            # dead ones first: they are what needs an operator
+            .order_by((OutboxEvent.status == "dead").desc(), OutboxEvent.id)
             .limit(limit)
         )
         for e in rows:
+            reason = why(e)
             lines.append(
                 f"#{e.id} {e.status:<7} {e.kind:<6} decision {e.decision_id} "
                 f"attempts {e.attempts} next {iso(e.available_at)}"
-                + (f" error: {e.last_error}" if e.last_error else "")
+                + (f" {reason}" if reason else "")
             )
+    if counts["dead"]:
+        lines.append(
+            "dead events are never retried by themselves: fix what the reason names (see "
+            "docs/OPERATIONS.md, \"Outbox\"), then `cstp outbox retry` re-queues them")
     return lines

@@ -1,65 +1,99 @@
 """What each outbox event does: ``export`` writes the YAML file, ``index`` upserts the
-vector index entry. Both are idempotent and both build from app.decisions.document."""
+vector index entry. Both are idempotent and both build from app.decisions.document.
+
+Each builds its document from the row first, then delivers it; a failure is classified by
+app.outbox.failures (building: permanent, delivering: transient when a dependency was
+unreachable), which decides what becomes of the event."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from app.db.decisions import Decision
 from app.decisions.document import index_entry, load_decisions
-from app.decisions.export import export_decision
-from app.search.index import IndexUnavailable
+from app.decisions.export import render, target_path, write_atomic
+from app.search.index import IndexEntry
+
+from .failures import ROW_GONE, TRANSIENT, UNKNOWN, Failure, classify, unknown_kind
 
 if TYPE_CHECKING:
     from .relay import Relay
 
 log = logging.getLogger("cstp.outbox")
 
-Event = tuple[int, str, str, int]  # id, kind, decision id, attempts
+
+class Work(NamedTuple):
+    """An event as a relay holds it while working on it."""
+
+    id: int
+    kind: str
+    decision_id: str
+    attempts: int
+    unknown_failures: int
 
 
-def _export_all(root: Path, work: list[tuple[int, Decision]]) -> dict[int, str | None]:
-    results: dict[int, str | None] = {}
-    for event_id, decision in work:
-        try:
-            export_decision(root, decision)
-            results[event_id] = None
-        except OSError as exc:
-            log.warning("export of %s failed: %s", decision.id, exc)
-            results[event_id] = f"export failed: {exc.strerror or type(exc).__name__}"
-        except Exception as exc:
-            log.exception("export of %s failed", decision.id)
-            results[event_id] = f"export failed: {type(exc).__name__}"
-    return results
+Results = dict[int, Failure | None]  # event id -> None for success, else the failure
+
+
+def _logged(failure: Failure, what: str, exc: BaseException) -> Failure:
+    """Log a failure: the traceback only for an unforeseen one (a permanent one's reason is
+    the whole story, and a RecursionError's traceback is a thousand lines)."""
+    if failure.kind == UNKNOWN:
+        log.error("%s failed: %s", what, failure.error,
+                  exc_info=(type(exc), exc, exc.__traceback__))
+    else:
+        log.warning("%s failed (%s): %s", what, failure.kind, failure.error)
+    return failure
+
+
+def _export_one(root: Path, decision: Decision) -> Failure | None:
+    """Write the YAML file of ``decision`` under ``root``; None, or why it failed."""
+    try:
+        content = render(decision)
+    except Exception as exc:
+        return _logged(classify(exc, building="the YAML file"), f"export of {decision.id}", exc)
+    try:
+        write_atomic(target_path(root, decision), content)
+    except Exception as exc:
+        return _logged(classify(exc), f"export of {decision.id}", exc)
+    return None
+
+
+def _export_all(root: Path, work: list[tuple[int, Decision]]) -> Results:
+    return {event_id: _export_one(root, decision) for event_id, decision in work}
 
 
 async def run_events(
-    relay: Relay, events: list[Event], known: dict[str, Decision] | None = None
-) -> dict[int, str | None]:
-    """Run ``events``; the value is None for success, else a short error for the table.
+    relay: Relay, events: list[Work], known: dict[str, Decision] | None = None
+) -> Results:
+    """Run ``events``; the value is None for success, else the failure for the table.
 
     ``known`` holds rows the caller already has (fully loaded); the rest are read."""
     decisions = dict(known or {})
-    missing = sorted({e[2] for e in events} - set(decisions))
+    missing = sorted({e.decision_id for e in events} - set(decisions))
     if missing:
-        async with relay.db.transaction(write=False) as session:
-            decisions.update(await load_decisions(session, missing))
-    results: dict[int, str | None] = {}
+        try:
+            async with relay.db.transaction(write=False) as session:
+                decisions.update(await load_decisions(session, missing))
+        except Exception as exc:
+            failure = _logged(classify(exc), "reading the events' decisions", exc)
+            return {e.id: failure for e in events}
+    results: Results = {}
     exports: list[tuple[int, Decision]] = []
     indexed: list[tuple[int, Decision]] = []
-    for event_id, kind, decision_id, _attempts in events:
-        decision = decisions.get(decision_id)
+    for event in events:
+        decision = decisions.get(event.decision_id)
         if decision is None:
-            results[event_id] = "decision not found"
-        elif kind == "export":
-            exports.append((event_id, decision))
-        elif kind == "index":
-            indexed.append((event_id, decision))
+            results[event.id] = ROW_GONE
+        elif event.kind == "export":
+            exports.append((event.id, decision))
+        elif event.kind == "index":
+            indexed.append((event.id, decision))
         else:
-            results[event_id] = f"unknown event kind {kind!r}"
+            results[event.id] = unknown_kind(event.kind)
     jobs = []
     if exports:
         jobs.append(asyncio.to_thread(_export_all, relay.decisions_dir, exports))
@@ -70,13 +104,22 @@ async def run_events(
     return results
 
 
-async def _index_all(relay: Relay, work: list[tuple[int, Decision]]) -> dict[int, str | None]:
-    try:
-        entries = {d.id: index_entry(d) for _eid, d in work}
-        await relay.index.upsert(list(entries.values()))
-    except IndexUnavailable:
-        return {eid: "vector index unavailable" for eid, _d in work}
-    except Exception as exc:
-        log.exception("indexing failed")
-        return {eid: f"index failed: {type(exc).__name__}" for eid, _d in work}
-    return {eid: None for eid, _d in work}
+async def _index_all(relay: Relay, work: list[tuple[int, Decision]]) -> Results:
+    results: Results = {}
+    entries: dict[int, IndexEntry] = {}
+    for event_id, decision in work:
+        try:
+            entries[event_id] = index_entry(decision)
+        except Exception as exc:
+            results[event_id] = _logged(classify(exc, building="the index entry"),
+                                        f"indexing of {decision.id}", exc)
+    if entries:
+        try:
+            await relay.index.upsert(list(entries.values()))
+            failure = None
+        except Exception as exc:
+            failure = classify(exc)
+            if failure.kind != TRANSIENT:  # an unreachable index logs that itself
+                _logged(failure, "indexing", exc)
+        results.update(dict.fromkeys(entries, failure))
+    return results

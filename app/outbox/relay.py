@@ -6,6 +6,11 @@ fails, or the process dies, the lease runs out and the background loop (or ``cst
 drain``) takes them. Claims are leases taken in a write transaction — with
 ``FOR UPDATE SKIP LOCKED`` on Postgres — so two relays never work on one event at once.
 Handlers are idempotent (atomic file replace, upsert by id), so a repeat is harmless.
+
+A failed event is retried with backoff; what a failure means (retried forever, dead at once,
+or dead after CSTP_OUTBOX_MAX_ATTEMPTS) is decided in app.outbox.failures. The relay notices
+a dependency coming back (the first success of a kind after a transient failure) and makes
+the events waiting on it due at once (``_note``, ``_revive``).
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.decisions import Decision
 from app.db.outbox import OutboxEvent
 
-from .handlers import run_events
+from .failures import NOT_RUN, TRANSIENT, after_failure
+from .handlers import Results, Work, run_events
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -37,12 +43,6 @@ log = logging.getLogger("cstp.outbox")
 KINDS = ("export", "index")
 LEASE = timedelta(seconds=30)
 SETTLE_LINGER = 0.05  # seconds inline results wait for a write transaction to carry them
-MAX_BACKOFF = timedelta(minutes=10)
-
-
-def backoff(attempts: int) -> timedelta:
-    """1 s, 2 s, 4 s, … capped at MAX_BACKOFF."""
-    return min(MAX_BACKOFF, timedelta(seconds=2 ** max(0, attempts - 1)))
 
 
 @dataclass
@@ -63,8 +63,12 @@ class Relay:
         self.runtime = runtime
         self.decisions_dir: Path = settings.decisions_dir
         self.wakeup = asyncio.Event()
-        self._unsettled: list[tuple[list[tuple[int, str, str, int]], dict[int, str | None]]] = []
+        self._unsettled: list[tuple[list[Work], Results]] = []
         self._settler: asyncio.Task[None] | None = None
+        # Kinds whose dependency may be down (a transient failure seen, or unknown: events
+        # of an earlier process may be waiting), and kinds seen working again since.
+        self._down: set[str] = set(KINDS)
+        self._back: set[str] = set()
 
     def enqueue(
         self, session: AsyncSession, decision_id: str, kinds: Sequence[str] = KINDS, *,
@@ -76,7 +80,7 @@ class Relay:
         events = [
             OutboxEvent(
                 kind=kind, decision_id=decision_id, status="pending", attempts=0,
-                created_at=now, available_at=now + LEASE if leased else now,
+                unknown_failures=0, created_at=now, available_at=now + LEASE if leased else now,
             )
             for kind in kinds
         ]
@@ -93,10 +97,52 @@ class Relay:
         nearly (a pass held up by a stalled index or a busy machine), is taken back first
         (``_retake``) and left alone when another relay claimed it meanwhile."""
         events = await self._retake(events)
-        work = [(e.id, e.kind, e.decision_id, e.attempts) for e in events]
+        work = [Work(e.id, e.kind, e.decision_id, e.attempts, e.unknown_failures or 0)
+                for e in events]
         results = await run_events(self, work, {d.id: d for d in decisions})
+        self._note(work, results)
         self._settle_later(work, results)
         return self._outcome(work, results)
+
+    def _note(self, work: Sequence[Work], results: Results) -> None:
+        """Notice a dependency coming back: a kind that worked after a transient failure of
+        its kind (or for the first time in this process) gets its waiting events made due at
+        once by the next pass (``_revive``), which is started now; they need not wait out
+        their backoff."""
+        failed = {w.kind for w in work
+                  if (f := results.get(w.id, NOT_RUN)) is not None and f.kind == TRANSIENT}
+        worked = {w.kind for w in work if results.get(w.id, NOT_RUN) is None}
+        back = (worked - failed) & self._down
+        self._down = (self._down - back) | failed
+        if back:
+            self._back |= back
+            self.wakeup.set()
+
+    async def _revive(self) -> None:
+        """Make the events waiting on a dependency that came back (``_note``) due now.
+
+        Only events at rest: a relay's claim clears ``failure_kind``, so an event under a
+        lease is never made due under the relay working on it."""
+        if not self._back:
+            return
+        kinds, self._back = sorted(self._back), set()
+        now = self.runtime.now()
+        try:
+            async with self.db.transaction(write=True) as session:
+                result = await session.execute(
+                    update(OutboxEvent)
+                    .where(OutboxEvent.status == "pending", OutboxEvent.kind.in_(kinds),
+                           OutboxEvent.failure_kind == TRANSIENT,
+                           OutboxEvent.available_at > now)
+                    .values(available_at=now)
+                )
+        except BaseException:
+            self._back.update(kinds)
+            raise
+        revived = int(result.rowcount or 0)  # type: ignore[attr-defined]
+        if revived:
+            log.info("%s works again: %d waiting outbox event(s) are due now",
+                     " and ".join(kinds), revived)
 
     async def _retake(self, events: Sequence[OutboxEvent]) -> list[OutboxEvent]:
         """The events still ours: those with at least half their lease left as they are, the
@@ -125,9 +171,7 @@ class Relay:
                         "lease ran out", len(lost))
         return [e for e in events if e.id not in lost]
 
-    def _settle_later(
-        self, events: list[tuple[int, str, str, int]], results: dict[int, str | None]
-    ) -> None:
+    def _settle_later(self, events: list[Work], results: Results) -> None:
         """Record the inline pass's results off the caller's path, batched with others.
 
         The caller's answer depends only on what was done, not on the bookkeeping; should
@@ -149,9 +193,7 @@ class Relay:
             except Exception:
                 log.exception("could not record outbox results; leases will expire and retry")
 
-    def _take_unsettled(
-        self,
-    ) -> tuple[list[tuple[int, str, str, int]], dict[int, str | None]] | None:
+    def _take_unsettled(self) -> tuple[list[Work], Results] | None:
         batch, self._unsettled = self._unsettled, []
         if not batch:
             return None
@@ -182,7 +224,9 @@ class Relay:
         self, limit: int = 200, *, leased_until: datetime | None = None
     ) -> RelayStats:
         """Claim up to ``limit`` due events and process them; ``leased_until`` also takes
-        events whose lease runs out by then."""
+        events whose lease runs out by then. Events waiting on a dependency that has just
+        come back are made due first."""
+        await self._revive()
         claimed = await self._claim(limit, leased_until=leased_until)
         if not claimed:
             return RelayStats()
@@ -225,79 +269,80 @@ class Relay:
                 pass
             self.wakeup.clear()
 
-    async def _claim(
-        self, limit: int, *, leased_until: datetime | None
-    ) -> list[tuple[int, str, str, int]]:
+    async def _claim(self, limit: int, *, leased_until: datetime | None) -> list[Work]:
         now = self.runtime.now()
         horizon = max(now, leased_until) if leased_until is not None else now
         async with self.db.transaction(write=True) as session:
             query = (
                 select(OutboxEvent.id, OutboxEvent.kind, OutboxEvent.decision_id,
-                       OutboxEvent.attempts)
+                       OutboxEvent.attempts, OutboxEvent.unknown_failures)
                 .where(OutboxEvent.status == "pending", OutboxEvent.available_at <= horizon)
                 .order_by(OutboxEvent.id)
                 .limit(limit)
                 .with_for_update(skip_locked=True)
             )
-            rows = [tuple(r) for r in (await session.execute(query)).all()]
+            rows = [Work(*r) for r in (await session.execute(query)).all()]
             if rows:
                 await session.execute(
                     update(OutboxEvent)
-                    .where(OutboxEvent.id.in_([r[0] for r in rows]))
-                    .values(available_at=now + LEASE)
+                    .where(OutboxEvent.id.in_([r.id for r in rows]))
+                    .values(available_at=now + LEASE, failure_kind=None)
                 )
-        return rows  # type: ignore[return-value]
+        return rows
 
-    async def _process(self, events: list[tuple[int, str, str, int]]) -> RelayStats:
+    async def _process(self, events: list[Work]) -> RelayStats:
         results = await run_events(self, events)
+        self._note(events, results)
         return await self._settle(events, results)
 
-    def _outcome(
-        self, events: list[tuple[int, str, str, int]], results: dict[int, str | None]
-    ) -> RelayStats:
+    def _outcome(self, events: list[Work], results: Results) -> RelayStats:
         stats = RelayStats()
-        for eid, _kind, _decision, attempts in events:
-            if results.get(eid, "not run") is None:
+        now = self.runtime.now()
+        for event in events:
+            failure = results.get(event.id, NOT_RUN)
+            if failure is None:
                 stats.done += 1
-                stats.done_ids.append(eid)
+                stats.done_ids.append(event.id)
             else:
                 stats.failed += 1
-                stats.dead += int(attempts + 1 >= self.settings.outbox_max_attempts)
+                after = after_failure(failure, event.attempts, event.unknown_failures,
+                                      self.settings.outbox_max_attempts, now)
+                stats.dead += after.status == "dead"
         return stats
 
-    async def _settle(
-        self, events: list[tuple[int, str, str, int]], results: dict[int, str | None]
-    ) -> RelayStats:
+    async def _settle(self, events: list[Work], results: Results) -> RelayStats:
         """Mark what worked done and reschedule (or bury) what did not, in one transaction."""
         async with self.db.transaction(write=True) as session:
             await self._record_results(session, events, results)
         return self._outcome(events, results)
 
     async def _record_results(
-        self, session: AsyncSession, events: list[tuple[int, str, str, int]],
-        results: dict[int, str | None],
+        self, session: AsyncSession, events: list[Work], results: Results
     ) -> None:
         now = self.runtime.now()
-        done = [eid for eid, *_ in events if results.get(eid, "not run") is None]
+        done = [e.id for e in events if results.get(e.id, NOT_RUN) is None]
         if done:
             await session.execute(
                 update(OutboxEvent)
                 .where(OutboxEvent.id.in_(done), OutboxEvent.status == "pending")
-                .values(status="done", processed_at=now, last_error=None)
+                .values(status="done", processed_at=now, last_error=None, failure_kind=None)
             )
-        for eid, _kind, _decision, attempts in events:
-            error = results.get(eid, "not run")
-            if error is None:
+        for event in events:
+            failure = results.get(event.id, NOT_RUN)
+            if failure is None:
                 continue
-            tries = attempts + 1
-            dead = tries >= self.settings.outbox_max_attempts
+            after = after_failure(failure, event.attempts, event.unknown_failures,
+                                  self.settings.outbox_max_attempts, now)
+            if after.status == "dead":
+                log.error("outbox event #%d (%s of decision %s) is dead: %s", event.id,
+                          event.kind, event.decision_id, failure.error)
             await session.execute(
                 update(OutboxEvent)
-                .where(OutboxEvent.id == eid, OutboxEvent.status == "pending")
+                .where(OutboxEvent.id == event.id, OutboxEvent.status == "pending")
                 .values(
-                    attempts=tries, last_error=error[:2000],
-                    status="dead" if dead else "pending",
-                    available_at=now + backoff(tries),
+                    attempts=after.attempts, unknown_failures=after.unknown_failures,
+                    last_error=failure.error[:2000], failure_kind=failure.kind,
+                    status=after.status, available_at=after.available_at,
                 )
             )
 
@@ -338,7 +383,8 @@ class Relay:
             result = await session.execute(
                 update(OutboxEvent)
                 .where(OutboxEvent.status == "dead")
-                .values(status="pending", attempts=0, available_at=now)
+                .values(status="pending", attempts=0, unknown_failures=0, failure_kind=None,
+                        available_at=now)
             )
         self.wakeup.set()
         return int(result.rowcount or 0)  # type: ignore[attr-defined]

@@ -25,10 +25,18 @@ def health(request: Request) -> dict[str, Any]:  # type: ignore[type-arg]
 
 @get("/ready")
 async def ready(request: Request) -> Response[dict[str, Any]]:  # type: ignore[type-arg]
-    """Each part is checked on its own, so the answer names exactly what is not ready."""
+    """Each part is checked on its own, so the answer names exactly what is not ready.
+
+    503 ``not_ready`` lists in ``failing`` what keeps the server from serving calls. Dead
+    outbox events do not: 200 with ``status: "degraded"`` and ``degraded: ["outbox"]``
+    (``checks.outbox.dead`` counts them). A dead event is one decision whose YAML file or
+    index entry can never be made as it stands; every replica shares that table, so taking
+    one out of rotation would not help, and taking all out would stop every call for one
+    undeliverable decision. Monitoring should alert on any status but ``ready``."""
     services = request.app.state.services
     checks: dict[str, Any] = {}
     failing: list[str] = []
+    degraded: list[str] = []
     try:
         await services.db.ping()
         checks["database"] = "ok"
@@ -47,6 +55,8 @@ async def ready(request: Request) -> Response[dict[str, Any]]:  # type: ignore[t
             failing.append("schema")
         try:
             checks["outbox"] = await services.relay.counts()
+            if checks["outbox"]["dead"]:
+                degraded.append("outbox")
         except Exception:
             checks["outbox"] = "unknown"
     try:
@@ -64,9 +74,12 @@ async def ready(request: Request) -> Response[dict[str, Any]]:  # type: ignore[t
             # Every call is refused (-32006) while the budgets cannot be read: not ready.
             checks["rateLimits"] = "unreachable"
             failing.append("rateLimits")
-    body: dict[str, Any] = {"status": "ready" if not failing else "not_ready", "checks": checks}
+    status = "not_ready" if failing else "degraded" if degraded else "ready"
+    body: dict[str, Any] = {"status": status, "checks": checks}
     if failing:
         body["failing"] = failing
+    if degraded:
+        body["degraded"] = degraded
     return Response(body, status_code=200 if not failing else 503)
 
 

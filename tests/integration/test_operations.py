@@ -490,3 +490,67 @@ async def test_drain_include_leased_carries_out_every_leased_event(services: Any
     assert (stats.done, stats.failed) == (300, 0)
     assert (await services.relay.counts())["pending"] == 0
     assert len(list(services.settings.decisions_dir.rglob("*.yaml"))) == 150
+
+
+async def test_upgrade_to_0007_revives_the_events_an_outage_left_dead(
+    database_url: str,
+) -> None:
+    """Before 0007 an outage longer than CSTP_OUTBOX_MAX_ATTEMPTS tries left its events dead.
+    The upgrade gives those back to the relay (pending, due now, counters reset) and keeps
+    dead, marked permanent, only what can never succeed as it is; the downgrade drops the
+    new columns and leaves the rows as they are."""
+    from datetime import timedelta
+
+    from sqlalchemy import select
+
+    from app.db.outbox import OutboxEvent
+
+    url = database_url
+    await migrate.downgrade(url, "0006")
+    sqlite = url.startswith("sqlite")
+    later = datetime.now(UTC) + timedelta(minutes=10)  # the old backoff's next try
+    events = {  # id: (status, attempts, last_error)
+        1: ("dead", 8, "vector index unavailable"),
+        2: ("dead", 8, "export failed: RecursionError"),
+        3: ("dead", 8, "export failed: No space left on device"),
+        4: ("dead", 8, "decision not found"),
+        5: ("pending", 2, "vector index unavailable"),
+        6: ("done", 0, None),
+    }
+    engine = create_async_engine(url)
+    try:
+        async with engine.begin() as conn:
+            for event_id, (status, attempts, error) in events.items():
+                await conn.execute(text(
+                    "INSERT INTO outbox_events (id, kind, decision_id, status, attempts,"
+                    " created_at, available_at, last_error) VALUES (:id, :kind, '0a0b0c0d',"
+                    " :status, :attempts, :created, :available, :error)"
+                ), {"id": event_id, "kind": "export" if event_id % 2 == 0 else "index",
+                    "status": status, "attempts": attempts, "created": _ts(WHEN, sqlite),
+                    "available": _ts(later, sqlite), "error": error})
+        await migrate.upgrade(url)
+        columns = (OutboxEvent.id, OutboxEvent.status, OutboxEvent.attempts,
+                   OutboxEvent.failure_kind, OutboxEvent.unknown_failures,
+                   OutboxEvent.available_at, OutboxEvent.last_error)
+        async with engine.connect() as conn:
+            rows = {r.id: r for r in (await conn.execute(select(*columns))).all()}
+        now = datetime.now(UTC)
+        revived = {i for i, r in rows.items() if events[i][0] == "dead" and r.status == "pending"}
+        assert revived == {1, 3}
+        for i in revived:
+            assert (rows[i].attempts, rows[i].unknown_failures) == (0, 0)
+            assert rows[i].available_at <= now  # due now
+            assert rows[i].last_error == events[i][2]  # the history stays readable
+        for i in (2, 4):
+            assert (rows[i].status, rows[i].failure_kind) == ("dead", "permanent")
+        assert (rows[5].status, rows[5].attempts, rows[5].available_at) == ("pending", 2, later)
+        assert (rows[6].status, rows[6].failure_kind) == ("done", None)
+
+        await migrate.downgrade(url, "0006")
+        async with engine.connect() as conn:
+            after = {r.id: r.status for r in (await conn.execute(text(
+                "SELECT id, status FROM outbox_events"))).all()}
+        assert after == {1: "pending", 2: "dead", 3: "pending", 4: "dead", 5: "pending",
+                         6: "done"}
+    finally:
+        await engine.dispose()

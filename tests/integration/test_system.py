@@ -53,6 +53,34 @@ async def test_ready_when_everything_is_up(client: Any) -> None:
     assert body["checks"]["outbox"]["pending"] == 0
 
 
+async def test_ready_is_degraded_not_unready_while_an_event_is_dead(
+    client: Any, rpc: Any, services: Any, seed_decision: dict[str, Any]
+) -> None:
+    """A dead outbox event is one decision's YAML file or index entry that can never be made
+    as the row stands: 200 "degraded", so a load balancer keeps the server in rotation (every
+    replica shares the table; all would go), while monitoring sees it."""
+    from sqlalchemy import update
+
+    from app.db.outbox import OutboxEvent
+
+    recorded = await rpc.ok("cstp.recordDecision", seed_decision)
+    await services.relay.flush()
+    async with services.db.transaction(write=True) as session:
+        await session.execute(
+            update(OutboxEvent)
+            .where(OutboxEvent.decision_id == recorded["id"], OutboxEvent.kind == "export")
+            .values(status="dead", last_error="decision not found"))
+    response = await client.get("/ready")
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["status"] == "degraded" and body["degraded"] == ["outbox"]
+    assert body["checks"]["outbox"]["dead"] == 1 and "failing" not in body
+    assert await services.relay.retry_dead() == 1
+    await services.relay.drain()
+    response = await client.get("/ready")
+    assert response.json()["status"] == "ready" and "degraded" not in response.json()
+
+
 @pytest.mark.parametrize(("setting", "url", "part", "a_call_gets"), [
     # A search needs the index; listing decisions does not.
     ("chroma_url", "http://127.0.0.1:{port}", "vectorIndex", "result"),
