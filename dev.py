@@ -36,8 +36,7 @@ def ensure_venv() -> None:
         print("creating .venv ...", file=sys.stderr)
         venv.create(VENV, with_pip=True)
     pip = [str(BIN / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
-    print("installing the project into .venv (first run takes a few minutes) ...",
-          file=sys.stderr)
+    print("installing the project into .venv (first run takes a few minutes) ...", file=sys.stderr)
     subprocess.run([*pip, "-e", f"{ROOT}[test]"], check=True)
     STAMP.write_text(_fingerprint())
 

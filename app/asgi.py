@@ -51,7 +51,9 @@ def resolve_tokens(settings: Settings) -> TokenTable:
         tokens = {token: LOCAL_AGENT}
         log.warning(
             "no CSTP_AUTH_TOKENS configured: agent '%s' uses the token kept in %s%s",
-            LOCAL_AGENT, settings.data_dir / "local-token", " (new)" if created else "",
+            LOCAL_AGENT,
+            settings.data_dir / "local-token",
+            " (new)" if created else "",
         )
     return TokenTable(tokens)
 
@@ -83,7 +85,11 @@ def create_app(
 
     app = Litestar(
         route_handlers=[
-            build_rpc_route(settings.max_body_bytes), mcp_endpoint, health, ready, agent_card,
+            build_rpc_route(settings.max_body_bytes),
+            mcp_endpoint,
+            health,
+            ready,
+            agent_card,
         ],
         lifespan=[lifespan, mcp_lifespan],
         debug=False,

@@ -18,8 +18,17 @@ from typing import Any, TypeVar
 
 import click
 
-from .cli_support import (CstpGroup, Failure, SchemaState, debugging, ensure_schema,
-                          known_revisions, redact, schema_problem, schema_state)
+from .cli_support import (
+    CstpGroup,
+    Failure,
+    SchemaState,
+    debugging,
+    ensure_schema,
+    known_revisions,
+    redact,
+    schema_problem,
+    schema_state,
+)
 from .config import ConfigError, Settings
 
 T = TypeVar("T")
@@ -47,8 +56,11 @@ def _run(coro_fn: Callable[[], Awaitable[T]]) -> T:
 
 
 @click.group(cls=CstpGroup)
-@click.option("--debug", is_flag=True,
-              help="Show the traceback of a failure, and debug logs (as CSTP_LOG_LEVEL=DEBUG).")
+@click.option(
+    "--debug",
+    is_flag=True,
+    help="Show the traceback of a failure, and debug logs (as CSTP_LOG_LEVEL=DEBUG).",
+)
 def main(debug: bool) -> None:
     """CSTP server: decision memory and guardrails for AI agents."""
 
@@ -82,7 +94,7 @@ def serve(host: str | None, port: int | None, workers: int) -> None:
             f"No CSTP_AUTH_TOKENS set: {'created' if created else 'using'} a token for agent "
             f"'{LOCAL_AGENT}' in {path}\n"
             f"  export CSTP_TOKEN=$(cat {path})\n"
-            f"  curl -H \"Authorization: Bearer $CSTP_TOKEN\" http://{host}:{port}/cstp ...",
+            f'  curl -H "Authorization: Bearer $CSTP_TOKEN" http://{host}:{port}/cstp ...',
             err=True,
         )
     click.echo(
@@ -98,8 +110,13 @@ def serve(host: str | None, port: int | None, workers: int) -> None:
             "not safe across processes"
         )
     uvicorn.run(
-        "app.asgi:create_app", factory=True, host=host, port=port, workers=workers,
-        log_level=settings.log_level.lower(), access_log=False,
+        "app.asgi:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level=settings.log_level.lower(),
+        access_log=False,
     )
 
 
@@ -118,8 +135,9 @@ def db() -> None:
     """Schema migrations (Alembic)."""
 
 
-async def _migrate(url: str, state: SchemaState,
-                   action: Callable[[], Awaitable[None]]) -> str | None:
+async def _migrate(
+    url: str, state: SchemaState, action: Callable[[], Awaitable[None]]
+) -> str | None:
     """Run ``action`` (an upgrade or a downgrade) unless the database, in ``state``, is not
     one this version can migrate (``schema_problem``); returns its revision after."""
     from .db import migrate
@@ -140,8 +158,7 @@ def db_upgrade(revision: str) -> None:
     url = _settings().database_url
 
     async def go() -> str | None:
-        return await _migrate(url, await schema_state(url),
-                              lambda: migrate.upgrade(url, revision))
+        return await _migrate(url, await schema_state(url), lambda: migrate.upgrade(url, revision))
 
     click.echo(f"at {_run(go)}")
 
@@ -238,7 +255,8 @@ def outbox_retry() -> None:
 
 @outbox.command("drain")
 @click.option(
-    "--include-leased", is_flag=True,
+    "--include-leased",
+    is_flag=True,
     help="Also take events leased to a server process; only when no server is running.",
 )
 def outbox_drain(include_leased: bool) -> None:
@@ -256,6 +274,7 @@ def export_tree() -> None:
 
     async def work(services: Any) -> Any:
         with click.progressbar(length=0, label="exporting", file=sys.stderr) as bar:
+
             def progress(done: int, total: int) -> None:
                 bar.length = total
                 bar.update(done - bar.pos)
@@ -285,6 +304,7 @@ def import_tree_command(directory: Path) -> None:
 
     async def work(services: Any) -> Any:
         with click.progressbar(length=1, label="importing", file=sys.stderr) as bar:
+
             def progress(done: int, total: int) -> None:
                 bar.length = total
                 bar.update(done - bar.pos)
@@ -311,8 +331,11 @@ def import_tree_command(directory: Path) -> None:
         f"{left} to retry"
     )
     if left:
-        click.echo(f"{left} event(s) left to retry: `cstp outbox` shows why, "
-                   "`cstp outbox drain` retries them", err=True)
+        click.echo(
+            f"{left} event(s) left to retry: `cstp outbox` shows why, "
+            "`cstp outbox drain` retries them",
+            err=True,
+        )
     if report.failed or left:
         sys.exit(1)
 
@@ -326,6 +349,7 @@ def reindex_command() -> None:
 
     async def work(services: Any) -> int:
         with click.progressbar(length=1, label="indexing", file=sys.stderr) as bar:
+
             def progress(done: int, total: int) -> None:
                 bar.length = max(total, 1)
                 bar.update(done - bar.pos)
@@ -337,10 +361,20 @@ def reindex_command() -> None:
 
 
 @main.command("mcp")
-@click.option("--url", envvar="CSTP_URL", show_envvar=True, default="http://127.0.0.1:9991",
-              help="The running CSTP server to forward to.")
-@click.option("--token", envvar="CSTP_TOKEN", show_envvar=True, default=None,
-              help="A bearer token of that server: every call is this token's agent's.")
+@click.option(
+    "--url",
+    envvar="CSTP_URL",
+    show_envvar=True,
+    default="http://127.0.0.1:9991",
+    help="The running CSTP server to forward to.",
+)
+@click.option(
+    "--token",
+    envvar="CSTP_TOKEN",
+    show_envvar=True,
+    default=None,
+    help="A bearer token of that server: every call is this token's agent's.",
+)
 def mcp_command(url: str, token: str | None) -> None:
     """Speak MCP on stdin/stdout (for clients that spawn a command), forwarding every tool
     call to a running server. Nothing but the protocol is written to stdout."""

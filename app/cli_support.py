@@ -81,8 +81,12 @@ def _reason(exc: BaseException) -> str:
 def describe(exc: BaseException) -> str | None:
     """One line for an expected failure, None for a bug."""
     from alembic.util import CommandError
-    from sqlalchemy.exc import (DisconnectionError, InterfaceError, OperationalError,
-                                TimeoutError as PoolTimeout)
+    from sqlalchemy.exc import (
+        DisconnectionError,
+        InterfaceError,
+        OperationalError,
+        TimeoutError as PoolTimeout,
+    )
 
     from .config import ConfigError
     from .guardrails.rules import RuleFileError
@@ -97,8 +101,10 @@ def describe(exc: BaseException) -> str | None:
         where = os.environ.get("CSTP_CHROMA_URL")
         cause = _reason(exc.__cause__) if exc.__cause__ is not None else "closed"
         if where:
-            return (f"the vector index (Chroma at {redact(where)}) is unavailable: {cause}; "
-                    "check that the server runs and CSTP_CHROMA_URL")
+            return (
+                f"the vector index (Chroma at {redact(where)}) is unavailable: {cause}; "
+                "check that the server runs and CSTP_CHROMA_URL"
+            )
         return f"the vector index is unavailable: {cause}"
     if isinstance(exc, OperationalError | InterfaceError | DisconnectionError | PoolTimeout):
         return f"database error: {_reason(exc)}"
@@ -163,8 +169,7 @@ def _install_logging(debug: bool) -> logging.Handler:
         level = logging.ERROR
     handler = _Stderr(level)
     handler.setFormatter(
-        logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s") if debug
-        else _OneLine()
+        logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s") if debug else _OneLine()
     )
     root = logging.getLogger()
     root.addHandler(handler)
@@ -209,8 +214,9 @@ async def schema_state(url: str) -> SchemaState:
         return SchemaState(present=False, revision=None, tables=())
 
     def read(connection: Any) -> SchemaState:
-        tables = tuple(sorted(
-            t for t in inspect(connection).get_table_names() if t != "alembic_version"))
+        tables = tuple(
+            sorted(t for t in inspect(connection).get_table_names() if t != "alembic_version")
+        )
         revision = MigrationContext.configure(connection).get_current_revision()
         return SchemaState(present=True, revision=revision, tables=tables)
 
@@ -242,18 +248,23 @@ def schema_problem(url: str, state: SchemaState) -> str | None:
 
     if state.revision is None and state.tables:
         shown = ", ".join(state.tables[:3]) + (", ..." if len(state.tables) > 3 else "")
-        return (f"the database {redact(url)} holds tables ({shown}) but no migration revision: "
-                "point CSTP_DATABASE_URL at a CSTP database or an empty one")
+        return (
+            f"the database {redact(url)} holds tables ({shown}) but no migration revision: "
+            "point CSTP_DATABASE_URL at a CSTP database or an empty one"
+        )
     if state.revision is not None and state.revision not in known_revisions():
         head = migrate.head_revision()
-        return (f"the database is at revision {state.revision}, which this version of cstp "
-                f"does not know (its newest is {head}): use the newer cstp that migrated it, "
-                f"or downgrade with that one first (`cstp db downgrade {head}`)")
+        return (
+            f"the database is at revision {state.revision}, which this version of cstp "
+            f"does not know (its newest is {head}): use the newer cstp that migrated it, "
+            f"or downgrade with that one first (`cstp db downgrade {head}`)"
+        )
     return None
 
 
-async def ensure_schema(url: str, *, migrate_empty: bool = True,
-                        upgrade_older: bool = False) -> None:
+async def ensure_schema(
+    url: str, *, migrate_empty: bool = True, upgrade_older: bool = False
+) -> None:
     """Make sure the database at ``url`` is at the newest revision before a command uses it.
 
     A database with no tables (or no file yet) is migrated when ``migrate_empty`` (its
@@ -272,9 +283,12 @@ async def ensure_schema(url: str, *, migrate_empty: bool = True,
     if state.empty and not migrate_empty:
         raise Failure(f"the database {redact(url)} has no tables yet: run `cstp db upgrade`")
     if not state.empty and not upgrade_older:
-        raise Failure(f"the database is at revision {state.revision}, this version needs "
-                      f"{head}: {UPGRADE_HINT}")
+        raise Failure(
+            f"the database is at revision {state.revision}, this version needs "
+            f"{head}: {UPGRADE_HINT}"
+        )
     await migrate.upgrade(url)
     if state.empty:
-        click.echo(f"created the tables of a new database in {redact(url)} (revision {head})",
-                   err=True)
+        click.echo(
+            f"created the tables of a new database in {redact(url)} (revision {head})", err=True
+        )

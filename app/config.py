@@ -143,8 +143,12 @@ def parse_tokens(raw: str | None, source: str) -> dict[str, str]:
     tokens: dict[str, str] = {}
     if raw is None:
         return tokens
-    items = [item for line in raw.splitlines() if not line.strip().startswith("#")
-             for item in line.split(",")]
+    items = [
+        item
+        for line in raw.splitlines()
+        if not line.strip().startswith("#")
+        for item in line.split(",")
+    ]
     for index, item in enumerate(items, start=1):
         item = item.strip()
         if not item or item.startswith("#"):

@@ -52,16 +52,18 @@ def _classify(item: Any) -> tuple[bool, str | None, str | None, Any]:
 class RpcClient:
     """One benchmark client: one ``httpx.AsyncClient`` (one keep-alive pool) per instance."""
 
-    def __init__(self, base_url: str, token: str, *, timeout: float = 30.0,
-                 max_connections: int = 1) -> None:
+    def __init__(
+        self, base_url: str, token: str, *, timeout: float = 30.0, max_connections: int = 1
+    ) -> None:
         require_loopback(base_url)
         self._url = base_url.rstrip("/") + "/cstp"
         self._ids = itertools.count(1)
         self._http = httpx.AsyncClient(
             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
             timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)),
-            limits=httpx.Limits(max_connections=max_connections,
-                                max_keepalive_connections=max_connections),
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections
+            ),
             trust_env=False,  # never route through a proxy from the environment
         )
 
@@ -103,8 +105,9 @@ class RpcClient:
         first = next(self._ids)
         ids = [first + i for i in range(len(items))]
         self._ids = itertools.count(first + len(items))
-        payload = [{"jsonrpc": "2.0", "id": i, "method": method, "params": p}
-                   for i, p in zip(ids, items)]
+        payload = [
+            {"jsonrpc": "2.0", "id": i, "method": method, "params": p} for i, p in zip(ids, items)
+        ]
         elapsed, decoded, error, message = await self._post(payload)
         if error is not None:
             return [Outcome(False, elapsed, error, message) for _ in items]

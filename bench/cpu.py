@@ -33,8 +33,16 @@ from pathlib import Path
 
 from bench.measure import measure_method
 from bench.seed import Generator
-from bench.server import (BenchError, ServerProcess, check_database_url, create_database,
-                          drop_database, free_port, server_env, with_database)
+from bench.server import (
+    BenchError,
+    ServerProcess,
+    check_database_url,
+    create_database,
+    drop_database,
+    free_port,
+    server_env,
+    with_database,
+)
 from bench.stats import summarize
 
 METHOD = "cstp.recordDecision"
@@ -50,8 +58,8 @@ def thread_cpu(pid: int) -> dict[tuple[int, str], float]:
             raw = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
         except OSError:
             continue  # the thread ended between the listing and the read
-        name = raw[raw.index("(") + 1:raw.rindex(")")]
-        fields = raw[raw.rindex(")") + 2:].split()
+        name = raw[raw.index("(") + 1 : raw.rindex(")")]
+        fields = raw[raw.rindex(")") + 2 :].split()
         found[(int(tid), name)] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
     return found
 
@@ -65,9 +73,9 @@ def postgres_cpu() -> float:
             raw = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
             continue  # the process ended between the listing and the read
-        if raw[raw.index("(") + 1:raw.rindex(")")] != "postgres":
+        if raw[raw.index("(") + 1 : raw.rindex(")")] != "postgres":
             continue
-        fields = raw[raw.rindex(")") + 2:].split()
+        fields = raw[raw.rindex(")") + 2 :].split()
         total += (int(fields[11]) + int(fields[12])) / tick
     return total
 
@@ -84,9 +92,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--calls", type=int, default=400, help="measured calls (default 400)")
     p.add_argument("--warmup", type=int, default=40, help="warm-up calls (default 40)")
     p.add_argument("--seed", type=int, default=42, help="generator seed (default 42)")
-    p.add_argument("--database-url", default=None,
-                   help="postgresql+asyncpg://user@127.0.0.1:5432/postgres - a fresh database "
-                        "cstp_bench_<random> is created on that server and dropped afterwards")
+    p.add_argument(
+        "--database-url",
+        default=None,
+        help="postgresql+asyncpg://user@127.0.0.1:5432/postgres - a fresh database "
+        "cstp_bench_<random> is created on that server and dropped afterwards",
+    )
     args = p.parse_args(argv)
     if args.clients < 1 or args.calls < 1 or args.warmup < 0:
         p.error("--clients and --calls must be at least 1, --warmup at least 0")
@@ -107,8 +118,16 @@ async def probe(args: argparse.Namespace, server: ServerProcess, token: str) -> 
     calls = [generator.record_params() for _ in range(args.calls)]
     threads_before, ticks_before, pg_before = thread_cpu(pid), machine_ticks(), postgres_cpu()
     own_before, wall_before = time.process_time(), time.perf_counter()
-    run = await measure_method(server.base_url, token, METHOD, calls, warmup, args.clients,
-                               cap_s=60 + args.calls, request_timeout=30)
+    run = await measure_method(
+        server.base_url,
+        token,
+        METHOD,
+        calls,
+        warmup,
+        args.clients,
+        cap_s=60 + args.calls,
+        request_timeout=30,
+    )
     # the warm-up is inside this window too: the figures below are per call of both
     wall = time.perf_counter() - wall_before
     own = time.process_time() - own_before
@@ -131,11 +150,16 @@ async def probe(args: argparse.Namespace, server: ServerProcess, token: str) -> 
         f"machine idle {ticks[3] / max(sum(ticks), 1) * 100:.0f}% of {os.cpu_count()} CPUs",
     ]
     if args.database_url:
-        lines.append(f"postgres processes {(pg_after - pg_before) / n_all * 1000:.1f} ms per call "
-                     f"({(pg_after - pg_before) / wall:.2f} cores)")
+        lines.append(
+            f"postgres processes {(pg_after - pg_before) / n_all * 1000:.1f} ms per call "
+            f"({(pg_after - pg_before) / wall:.2f} cores)"
+        )
     lines.append("server threads (share of one core):")
-    lines += [f"  {share / wall:5.2f}  {label}" for label, share in per_thread.most_common()
-              if share / wall >= 0.01]
+    lines += [
+        f"  {share / wall:5.2f}  {label}"
+        for label, share in per_thread.most_common()
+        if share / wall >= 0.01
+    ]
     return "\n".join(lines), ok == args.calls
 
 
@@ -155,9 +179,18 @@ def main(argv: list[str] | None = None) -> int:
             pg_name = asyncio.run(create_database(args.database_url))
             database_url = with_database(args.database_url, pg_name)
         server = ServerProcess(
-            server_env(os.environ, data_dir=tmp / "data", decisions_dir=tmp / "decisions",
-                       token=token, port=port, database_url=database_url, max_batch=50),
-            port, tmp / "server.log")
+            server_env(
+                os.environ,
+                data_dir=tmp / "data",
+                decisions_dir=tmp / "decisions",
+                token=token,
+                port=port,
+                database_url=database_url,
+                max_batch=50,
+            ),
+            port,
+            tmp / "server.log",
+        )
         server.start()
         report, all_ok = asyncio.run(probe(args, server, token))
         print(report, flush=True)

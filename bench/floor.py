@@ -35,8 +35,9 @@ class Deadline:
             raise BenchError(f"{self.what} took longer than its cap of {self.seconds:.0f} s")
 
 
-def time_embedding(embedder: Any, texts: Sequence[str], repeats: int,
-                   deadline: Deadline) -> dict[str, Any]:
+def time_embedding(
+    embedder: Any, texts: Sequence[str], repeats: int, deadline: Deadline
+) -> dict[str, Any]:
     """p50 etc. of ``embed([text])`` over ``repeats`` calls, after a short warm-up."""
     for text in texts[:10]:
         embedder.embed([text])
@@ -59,20 +60,27 @@ class FloorIndex:
 
         path.mkdir(parents=True, exist_ok=True)
         self._client = chromadb.PersistentClient(
-            path=str(path), settings=Settings(anonymized_telemetry=False))
+            path=str(path), settings=Settings(anonymized_telemetry=False)
+        )
         self._collection = self._client.get_or_create_collection(
-            "bench_floor", configuration={"hnsw": {"space": "cosine"}}, embedding_function=None)
+            "bench_floor", configuration={"hnsw": {"space": "cosine"}}, embedding_function=None
+        )
         self.count = 0
 
-    def add(self, embedder: Any, documents: Sequence[str], deadline: Deadline,
-            progress: Callable[[int], None] | None = None) -> float:
+    def add(
+        self,
+        embedder: Any,
+        documents: Sequence[str],
+        deadline: Deadline,
+        progress: Callable[[int], None] | None = None,
+    ) -> float:
         """Embed ``documents`` in batches and add them; returns the seconds it took."""
         start = time.monotonic()
         pending_ids: list[str] = []
         pending_vecs: list[list[float]] = []
         pending_docs: list[str] = []
         for offset in range(0, len(documents), EMBED_BATCH):
-            chunk = list(documents[offset:offset + EMBED_BATCH])
+            chunk = list(documents[offset : offset + EMBED_BATCH])
             vectors = embedder.embed(chunk)
             for doc, vec in zip(chunk, vectors):
                 pending_ids.append(f"d{self.count + len(pending_ids)}")
@@ -94,8 +102,9 @@ class FloorIndex:
             vecs.clear()
             docs.clear()
 
-    def time_query(self, vectors: Sequence[list[float]], repeats: int,
-                   deadline: Deadline) -> dict[str, Any]:
+    def time_query(
+        self, vectors: Sequence[list[float]], repeats: int, deadline: Deadline
+    ) -> dict[str, Any]:
         for vec in vectors[:10]:
             self._collection.query(query_embeddings=[vec], n_results=5)
         samples = []

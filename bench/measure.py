@@ -48,19 +48,29 @@ class MethodRun:
         extra: dict[str, Any] = {}
         if self.method == "cstp.recordDecision":
             extra["notIndexedOnReturn"] = sum(
-                1 for _, o in self.outcomes
-                if o.ok and isinstance(o.result, dict) and o.result.get("indexed") is False)
+                1
+                for _, o in self.outcomes
+                if o.ok and isinstance(o.result, dict) and o.result.get("indexed") is False
+            )
         if self.method in ("cstp.checkGuardrails", "cstp.announceIntent"):
             extra["blocked"] = sum(1 for _, o in self.outcomes if o.ok and _blocked(o.result))
         return {
-            "method": self.method, "concurrency": self.concurrency, "calls": self.planned,
-            "ok": ok, "errorCount": self.planned - ok, "errors": self.errors(),
-            "errorSamples": samples, "warmupErrors": self.warmup_errors,
-            "latencyMs": stats, "elapsedS": round(self.elapsed_s, 3),
+            "method": self.method,
+            "concurrency": self.concurrency,
+            "calls": self.planned,
+            "ok": ok,
+            "errorCount": self.planned - ok,
+            "errors": self.errors(),
+            "errorSamples": samples,
+            "warmupErrors": self.warmup_errors,
+            "latencyMs": stats,
+            "elapsedS": round(self.elapsed_s, 3),
             "throughputOkPerS": round(ok / self.elapsed_s, 1) if self.elapsed_s > 0 else None,
             "p50xFloor": round(stats["p50"] / floor_ms, 2)
-            if stats["p50"] is not None and floor_ms else None,
-            "timedOut": self.timed_out, **extra,
+            if stats["p50"] is not None and floor_ms
+            else None,
+            "timedOut": self.timed_out,
+            **extra,
         }
 
 
@@ -71,8 +81,12 @@ def _blocked(result: Any) -> bool:
     return isinstance(verdict, dict) and verdict.get("allowed") is False
 
 
-async def _drive(clients: list[RpcClient], method: str, params: list[dict[str, Any]],
-                 sink: list[tuple[dict[str, Any], Outcome]]) -> None:
+async def _drive(
+    clients: list[RpcClient],
+    method: str,
+    params: list[dict[str, Any]],
+    sink: list[tuple[dict[str, Any], Outcome]],
+) -> None:
     queue = iter(params)  # shared: each worker takes the next call when it is free
 
     async def worker(client: RpcClient) -> None:
@@ -82,9 +96,16 @@ async def _drive(clients: list[RpcClient], method: str, params: list[dict[str, A
     await asyncio.gather(*(worker(c) for c in clients))
 
 
-async def measure_method(base_url: str, token: str, method: str, params: list[dict[str, Any]],
-                         warmup: list[dict[str, Any]], concurrency: int, cap_s: float,
-                         request_timeout: float) -> MethodRun:
+async def measure_method(
+    base_url: str,
+    token: str,
+    method: str,
+    params: list[dict[str, Any]],
+    warmup: list[dict[str, Any]],
+    concurrency: int,
+    cap_s: float,
+    request_timeout: float,
+) -> MethodRun:
     run = MethodRun(method, concurrency, len(params))
     clients = [RpcClient(base_url, token, timeout=request_timeout) for _ in range(concurrency)]
     try:

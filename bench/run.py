@@ -31,54 +31,107 @@ from bench.floor import Deadline, FloorIndex, time_embedding
 from bench.measure import MethodRun, measure_method
 from bench.seed import Generator, Progress, SeedStats
 from bench.server import (
-    REPO_ROOT, BenchError, ServerProcess, check_database_url, create_database, drop_database,
-    free_port, server_env, with_database,
+    REPO_ROOT,
+    BenchError,
+    ServerProcess,
+    check_database_url,
+    create_database,
+    drop_database,
+    free_port,
+    server_env,
+    with_database,
 )
 
 READ_METHODS = ("cstp.announceIntent", "cstp.queryDecisions", "cstp.checkGuardrails")
 WRITE_METHOD = "cstp.recordDecision"
-TABLE_ORDER = ("cstp.announceIntent", "cstp.recordDecision", "cstp.queryDecisions",
-               "cstp.checkGuardrails")
+TABLE_ORDER = (
+    "cstp.announceIntent",
+    "cstp.recordDecision",
+    "cstp.queryDecisions",
+    "cstp.checkGuardrails",
+)
 
 
 # ---------------------------------------------------------------- arguments
 
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m bench.run",
-        description="Benchmark the real CSTP server on 127.0.0.1 (see docs/PERFORMANCE.md).")
-    p.add_argument("--sizes", default="1000,10000",
-                   help="corpus sizes, comma-separated, ascending (default 1000,10000; "
-                        "add 100000 on request)")
-    p.add_argument("--calls", type=int, default=200,
-                   help="measured calls per method per concurrency level (default 200)")
-    p.add_argument("--concurrency", default="1,8",
-                   help="client counts to measure under (default 1,8)")
-    p.add_argument("--warmup", type=int, default=None,
-                   help="warm-up calls per method and concurrency (default max(5, calls/10), "
-                        "at least 2 per client)")
-    p.add_argument("--quick", action="store_true",
-                   help="smoke test: sizes 200, calls 30 (about 1-2 minutes)")
-    p.add_argument("--database-url", default=None,
-                   help="postgresql+asyncpg://user@127.0.0.1:5432/postgres - a fresh database "
-                        "cstp_bench_<random> is created on that server and dropped afterwards")
-    p.add_argument("--out", default=None,
-                   help="JSON result file (default bench/results/<timestamp>.json)")
-    p.add_argument("--seed-batch", type=int, default=50,
-                   help="decisions per JSON-RPC batch while seeding (default 50)")
-    p.add_argument("--seed-inflight", type=int, default=4,
-                   help="seeding batches in flight at once (default 4)")
-    p.add_argument("--review-fraction", type=float, default=0.3,
-                   help="share of seeded decisions reviewed, so outcomes exist (default 0.3)")
-    p.add_argument("--floor-repeats", type=int, default=200,
-                   help="timed repetitions of the floor's embedding and vector query")
-    p.add_argument("--request-timeout", type=float, default=30.0,
-                   help="per-request timeout in seconds (a timeout counts as an error)")
-    p.add_argument("--cap-scale", type=float, default=1.0,
-                   help="multiply every phase's time cap (for slow machines)")
+        description="Benchmark the real CSTP server on 127.0.0.1 (see docs/PERFORMANCE.md).",
+    )
+    p.add_argument(
+        "--sizes",
+        default="1000,10000",
+        help="corpus sizes, comma-separated, ascending (default 1000,10000; add 100000 on request)",
+    )
+    p.add_argument(
+        "--calls",
+        type=int,
+        default=200,
+        help="measured calls per method per concurrency level (default 200)",
+    )
+    p.add_argument(
+        "--concurrency", default="1,8", help="client counts to measure under (default 1,8)"
+    )
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=None,
+        help="warm-up calls per method and concurrency (default max(5, calls/10), "
+        "at least 2 per client)",
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="smoke test: sizes 200, calls 30 (about 1-2 minutes)"
+    )
+    p.add_argument(
+        "--database-url",
+        default=None,
+        help="postgresql+asyncpg://user@127.0.0.1:5432/postgres - a fresh database "
+        "cstp_bench_<random> is created on that server and dropped afterwards",
+    )
+    p.add_argument(
+        "--out", default=None, help="JSON result file (default bench/results/<timestamp>.json)"
+    )
+    p.add_argument(
+        "--seed-batch",
+        type=int,
+        default=50,
+        help="decisions per JSON-RPC batch while seeding (default 50)",
+    )
+    p.add_argument(
+        "--seed-inflight", type=int, default=4, help="seeding batches in flight at once (default 4)"
+    )
+    p.add_argument(
+        "--review-fraction",
+        type=float,
+        default=0.3,
+        help="share of seeded decisions reviewed, so outcomes exist (default 0.3)",
+    )
+    p.add_argument(
+        "--floor-repeats",
+        type=int,
+        default=200,
+        help="timed repetitions of the floor's embedding and vector query",
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=30.0,
+        help="per-request timeout in seconds (a timeout counts as an error)",
+    )
+    p.add_argument(
+        "--cap-scale",
+        type=float,
+        default=1.0,
+        help="multiply every phase's time cap (for slow machines)",
+    )
     p.add_argument("--seed", type=int, default=42, help="RNG seed of the generated texts")
-    p.add_argument("--keep-data", action="store_true",
-                   help="keep the temporary data directory (its path is printed)")
+    p.add_argument(
+        "--keep-data",
+        action="store_true",
+        help="keep the temporary data directory (its path is printed)",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.sizes, args.calls = "200", 30
@@ -102,6 +155,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 # ---------------------------------------------------------------- output helpers
 
+
 def log(message: str, final: bool = True) -> None:
     """Progress goes to stderr; on a terminal an unfinished line is rewritten in place."""
     if sys.stderr.isatty():
@@ -117,8 +171,10 @@ def cap(args: argparse.Namespace, seconds: float) -> float:
 
 def git_info() -> dict[str, Any]:
     def git(*cmd: str) -> str:
-        return subprocess.run(["git", *cmd], cwd=REPO_ROOT, capture_output=True, text=True,
-                              timeout=10).stdout.strip()
+        return subprocess.run(
+            ["git", *cmd], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+
     try:
         return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
     except (OSError, subprocess.SubprocessError):
@@ -133,6 +189,7 @@ def loadavg() -> list[float] | None:
 
 
 # ---------------------------------------------------------------- state of a run
+
 
 @dataclass
 class Run:
@@ -155,8 +212,16 @@ class Run:
 
 # ---------------------------------------------------------------- seeding
 
-async def _in_batches(client: RpcClient, method: str, items: list[dict[str, Any]], batch: int,
-                      inflight: int, progress: Progress, on_done: Any) -> None:
+
+async def _in_batches(
+    client: RpcClient,
+    method: str,
+    items: list[dict[str, Any]],
+    batch: int,
+    inflight: int,
+    progress: Progress,
+    on_done: Any,
+) -> None:
     """Send ``items`` as JSON-RPC batches, ``inflight`` at a time, in order of completion."""
     sem = asyncio.Semaphore(inflight)
     done = errors = 0
@@ -171,7 +236,7 @@ async def _in_batches(client: RpcClient, method: str, items: list[dict[str, Any]
             errors += 0 if outcome.ok else 1
         progress.update(done, errors)
 
-    await asyncio.gather(*(one(items[i:i + batch]) for i in range(0, len(items), batch)))
+    await asyncio.gather(*(one(items[i : i + batch]) for i in range(0, len(items), batch)))
     progress.update(done, errors, final=True)
 
 
@@ -186,9 +251,12 @@ async def seed(run: Run, gen: Generator, count: int, size: int) -> SeedStats:
     if count <= 0:
         return stats
     # A batch runs its items one after another on the server, so its timeout grows with it.
-    client = RpcClient(run.server.base_url, run.token,
-                       timeout=max(args.request_timeout, 3.0 * args.seed_batch),
-                       max_connections=args.seed_inflight)
+    client = RpcClient(
+        run.server.base_url,
+        run.token,
+        timeout=max(args.request_timeout, 3.0 * args.seed_batch),
+        max_connections=args.seed_inflight,
+    )
     try:
         items = [gen.record_params() for _ in range(count)]
         ids: list[str] = []
@@ -206,15 +274,26 @@ async def seed(run: Run, gen: Generator, count: int, size: int) -> SeedStats:
         start = time.monotonic()
         limit = cap(args, 300 + 0.2 * count)
         try:
-            await asyncio.wait_for(_in_batches(
-                client, WRITE_METHOD, items, args.seed_batch, args.seed_inflight,
-                Progress(f"seed {size:,}: recordDecision", count, log), recorded), limit)
+            await asyncio.wait_for(
+                _in_batches(
+                    client,
+                    WRITE_METHOD,
+                    items,
+                    args.seed_batch,
+                    args.seed_inflight,
+                    Progress(f"seed {size:,}: recordDecision", count, log),
+                    recorded,
+                ),
+                limit,
+            )
         except asyncio.TimeoutError:
             raise BenchError(f"seeding took longer than its cap of {limit:.0f} s") from None
         stats.record_seconds = time.monotonic() - start
         if stats.recorded < count * 0.5:
-            raise BenchError(f"seeding failed: only {stats.recorded} of {count} decisions were "
-                             f"recorded; errors {stats.record_errors}")
+            raise BenchError(
+                f"seeding failed: only {stats.recorded} of {count} decisions were "
+                f"recorded; errors {stats.record_errors}"
+            )
 
         to_review = gen.rng.sample(ids, round(len(ids) * args.review_fraction))
         reviews = [gen.review_params(i) for i in to_review]
@@ -228,9 +307,18 @@ async def seed(run: Run, gen: Generator, count: int, size: int) -> SeedStats:
         start = time.monotonic()
         limit = cap(args, 120 + 0.2 * len(reviews))
         try:
-            await asyncio.wait_for(_in_batches(
-                client, "cstp.reviewDecision", reviews, args.seed_batch, args.seed_inflight,
-                Progress(f"seed {size:,}: reviewDecision", len(reviews), log), reviewed), limit)
+            await asyncio.wait_for(
+                _in_batches(
+                    client,
+                    "cstp.reviewDecision",
+                    reviews,
+                    args.seed_batch,
+                    args.seed_inflight,
+                    Progress(f"seed {size:,}: reviewDecision", len(reviews), log),
+                    reviewed,
+                ),
+                limit,
+            )
         except asyncio.TimeoutError:
             raise BenchError(f"reviewing took longer than its cap of {limit:.0f} s") from None
         stats.review_seconds = time.monotonic() - start
@@ -273,6 +361,7 @@ async def decision_total(run: Run) -> int | None:
 
 # ---------------------------------------------------------------- floor
 
+
 def measure_floor(run: Run, embedder: Any, index: FloorIndex, size: int) -> dict[str, Any]:
     """Top the floor collection up to the server's corpus, then time embedding and query.
 
@@ -280,23 +369,33 @@ def measure_floor(run: Run, embedder: Any, index: FloorIndex, size: int) -> dict
     then interrupts it at once.
     """
     args = run.args
-    new_docs = run.docs[index.count:]
+    new_docs = run.docs[index.count :]
     progress = Progress(f"floor {size:,}: embed corpus", len(new_docs), log)
     deadline = Deadline("building the floor collection", cap(args, 120 + 0.1 * len(new_docs)))
     build_s = index.add(embedder, new_docs, deadline, lambda n: progress.update(n, 0))
     progress.update(len(new_docs), 0, final=True)
     sentences = Generator(args.seed + 7)
     intents = [sentences.intent_sentence() for _ in range(50)]
-    embed = time_embedding(embedder, intents, args.floor_repeats,
-                           Deadline("timing the embedding", cap(args, 120)))
-    query = index.time_query(embedder.embed(intents), args.floor_repeats,
-                             Deadline("timing the vector query", cap(args, 120)))
+    embed = time_embedding(
+        embedder, intents, args.floor_repeats, Deadline("timing the embedding", cap(args, 120))
+    )
+    query = index.time_query(
+        embedder.embed(intents),
+        args.floor_repeats,
+        Deadline("timing the vector query", cap(args, 120)),
+    )
     floor = (embed["p50"] or 0.0) + (query["p50"] or 0.0)
-    return {"collectionSize": index.count, "buildSeconds": round(build_s, 2),
-            "embeddingMs": embed, "vectorQueryMs": query, "floorMs": round(floor, 3)}
+    return {
+        "collectionSize": index.count,
+        "buildSeconds": round(build_s, 2),
+        "embeddingMs": embed,
+        "vectorQueryMs": query,
+        "floorMs": round(floor, 3),
+    }
 
 
 # ---------------------------------------------------------------- measuring one size
+
 
 def params_for(gen: Generator, method: str, n: int) -> list[dict[str, Any]]:
     make = {
@@ -308,8 +407,9 @@ def params_for(gen: Generator, method: str, n: int) -> list[dict[str, Any]]:
     return [make() for _ in range(n)]
 
 
-async def measure_size(run: Run, gen: Generator, embedder: Any, index: FloorIndex,
-                       size: int) -> dict[str, Any]:
+async def measure_size(
+    run: Run, gen: Generator, embedder: Any, index: FloorIndex, size: int
+) -> dict[str, Any]:
     args = run.args
     entry: dict[str, Any] = {"size": size, "loadAvgStart": loadavg()}
     run.report["sizes"].append(entry)
@@ -321,8 +421,10 @@ async def measure_size(run: Run, gen: Generator, embedder: Any, index: FloorInde
 
     floor = measure_floor(run, embedder, index, size)
     entry["floor"] = floor
-    log(f"[floor {size:,}] embedding p50 {floor['embeddingMs']['p50']} ms + vector top-5 p50 "
-        f"{floor['vectorQueryMs']['p50']} ms = {floor['floorMs']} ms")
+    log(
+        f"[floor {size:,}] embedding p50 {floor['embeddingMs']['p50']} ms + vector top-5 p50 "
+        f"{floor['vectorQueryMs']['p50']} ms = {floor['floorMs']} ms"
+    )
     run.save()
 
     # Reads first (they see exactly ``size`` decisions), writes last (they grow the corpus).
@@ -332,11 +434,21 @@ async def measure_size(run: Run, gen: Generator, embedder: Any, index: FloorInde
     for method, concurrency in plan:
         warmup = params_for(gen, method, max(args.warmup, 2 * concurrency))
         params = params_for(gen, method, args.calls)
-        log(f"[measure {size:,}] {method} x{concurrency}: {len(warmup)} warm-up + "
-            f"{len(params)} calls", final=False)
+        log(
+            f"[measure {size:,}] {method} x{concurrency}: {len(warmup)} warm-up + "
+            f"{len(params)} calls",
+            final=False,
+        )
         result: MethodRun = await measure_method(
-            run.server.base_url, run.token, method, params, warmup, concurrency,
-            cap(args, 60 + 1.0 * args.calls), args.request_timeout)
+            run.server.base_url,
+            run.token,
+            method,
+            params,
+            warmup,
+            concurrency,
+            cap(args, 60 + 1.0 * args.calls),
+            args.request_timeout,
+        )
         if method == WRITE_METHOD:
             for p, o in result.outcomes:
                 if o.ok:
@@ -344,12 +456,15 @@ async def measure_size(run: Run, gen: Generator, embedder: Any, index: FloorInde
             run.docs.extend(Generator.document_of(p) for p, o in result.warmup if o.ok)
         row = result.as_json(floor["floorMs"])
         entry["methods"].append(row)
-        log(f"[measure {size:,}] {method} x{concurrency}: p50 {row['latencyMs']['p50']} ms, "
+        log(
+            f"[measure {size:,}] {method} x{concurrency}: p50 {row['latencyMs']['p50']} ms, "
             f"p99 {row['latencyMs']['p99']} ms, {row['throughputOkPerS']} ok/s, "
-            f"{row['errorCount']} errors")
+            f"{row['errorCount']} errors"
+        )
         if not run.server.running():
-            raise BenchError(f"the server died during {method}; its log ends with:\n"
-                             f"{run.server.log_tail()}")
+            raise BenchError(
+                f"the server died during {method}; its log ends with:\n{run.server.log_tail()}"
+            )
     entry["loadAvgEnd"] = loadavg()
     run.save()
     return entry
@@ -358,8 +473,10 @@ async def measure_size(run: Run, gen: Generator, embedder: Any, index: FloorInde
 async def bench(run: Run) -> None:
     args = run.args
     log(f"[server] starting on {run.server.base_url} ({run.database})")
-    run.report["server"] = {"health": await run.server.wait_healthy(cap(args, 180)),
-                            "database": run.database}
+    run.report["server"] = {
+        "health": await run.server.wait_healthy(cap(args, 180)),
+        "database": run.database,
+    }
     from app.search.embedder import load_default_embedder
 
     start = time.monotonic()
@@ -374,6 +491,7 @@ async def bench(run: Run) -> None:
 
 
 # ---------------------------------------------------------------- report
+
 
 def _fmt(value: Any, digits: int = 2) -> str:
     if value is None:
@@ -398,8 +516,9 @@ def render_size(entry: dict[str, Any], database: str) -> str:
         f"{'method':<22}{'clients':>8}{'calls':>7}{'ok':>6}{'errors':>7}{'p50 ms':>9}"
         f"{'p95 ms':>9}{'p99 ms':>9}{'ok/s':>9}{'p50/floor':>11}",
     ]
-    rows = sorted(entry.get("methods", []),
-                  key=lambda r: (TABLE_ORDER.index(r["method"]), r["concurrency"]))
+    rows = sorted(
+        entry.get("methods", []), key=lambda r: (TABLE_ORDER.index(r["method"]), r["concurrency"])
+    )
     notes = []
     for r in rows:
         lat = r["latencyMs"]
@@ -407,22 +526,29 @@ def render_size(entry: dict[str, Any], database: str) -> str:
             f"{r['method'].removeprefix('cstp.'):<22}{r['concurrency']:>8}{r['calls']:>7}"
             f"{r['ok']:>6}{r['errorCount']:>7}{_fmt(lat['p50']):>9}{_fmt(lat['p95']):>9}"
             f"{_fmt(lat['p99']):>9}{_fmt(r['throughputOkPerS'], 1):>9}"
-            f"{_fmt(r['p50xFloor']) + 'x' if r['p50xFloor'] is not None else '-':>11}")
+            f"{_fmt(r['p50xFloor']) + 'x' if r['p50xFloor'] is not None else '-':>11}"
+        )
         if r["errors"] or r["warmupErrors"]:
-            notes.append(f"  errors {r['method']} x{r['concurrency']}: {r['errors']} "
-                         f"(warm-up: {r['warmupErrors']}) e.g. {r['errorSamples']}")
+            notes.append(
+                f"  errors {r['method']} x{r['concurrency']}: {r['errors']} "
+                f"(warm-up: {r['warmupErrors']}) e.g. {r['errorSamples']}"
+            )
         if r.get("notIndexedOnReturn"):
-            notes.append(f"  {r['method']} x{r['concurrency']}: {r['notIndexedOnReturn']} "
-                         "returned indexed=false")
+            notes.append(
+                f"  {r['method']} x{r['concurrency']}: {r['notIndexedOnReturn']} "
+                "returned indexed=false"
+            )
     seed = entry.get("seed") or {}
     if seed.get("requested"):
         lines.append(
             f"seeding: {seed['recorded']} recorded in {seed['recordSeconds']} s "
             f"({seed['recordRatePerS']}/s, in batches), {seed['reviewed']} reviewed in "
-            f"{seed['reviewSeconds']} s, outbox drained in {seed['outboxSettleSeconds']} s")
+            f"{seed['reviewSeconds']} s, outbox drained in {seed['outboxSettleSeconds']} s"
+        )
         if seed["recordErrors"] or seed["reviewErrors"]:
-            notes.append(f"  seeding errors: record {seed['recordErrors']}, "
-                         f"review {seed['reviewErrors']}")
+            notes.append(
+                f"  seeding errors: record {seed['recordErrors']}, review {seed['reviewErrors']}"
+            )
     lines.extend(notes)
     return "\n".join(lines)
 
@@ -439,22 +565,78 @@ class Target:
 
 
 TARGETS = (
-    Target("announceIntent p50 within 3x the floor, 1 client", "cstp.announceIntent", 1,
-           "p50xFloor", "<=", 3.0, 10_000),
-    Target("announceIntent p99 under 100 ms, 1 client", "cstp.announceIntent", 1,
-           "p99", "<", 100.0, 10_000),
-    Target("recordDecision >= 100 ok/s with 8 clients", "cstp.recordDecision", 8,
-           "throughputOkPerS", ">=", 100.0, None),
-    Target("anchor: recordDecision p50 <= 20 ms, 1 client", "cstp.recordDecision", 1,
-           "p50", "<=", 20.0, 1_000),
-    Target("anchor: queryDecisions p50 <= 12 ms, 1 client", "cstp.queryDecisions", 1,
-           "p50", "<=", 12.0, 1_000),
-    Target("anchor: checkGuardrails p50 <= 3 ms, 1 client", "cstp.checkGuardrails", 1,
-           "p50", "<=", 3.0, 1_000),
-    Target("anchor: announceIntent p50 <= 20 ms, 1 client", "cstp.announceIntent", 1,
-           "p50", "<=", 20.0, 1_000),
-    Target("anchor: announceIntent p99 <= 50 ms, 1 client", "cstp.announceIntent", 1,
-           "p99", "<=", 50.0, 1_000),
+    Target(
+        "announceIntent p50 within 3x the floor, 1 client",
+        "cstp.announceIntent",
+        1,
+        "p50xFloor",
+        "<=",
+        3.0,
+        10_000,
+    ),
+    Target(
+        "announceIntent p99 under 100 ms, 1 client",
+        "cstp.announceIntent",
+        1,
+        "p99",
+        "<",
+        100.0,
+        10_000,
+    ),
+    Target(
+        "recordDecision >= 100 ok/s with 8 clients",
+        "cstp.recordDecision",
+        8,
+        "throughputOkPerS",
+        ">=",
+        100.0,
+        None,
+    ),
+    Target(
+        "anchor: recordDecision p50 <= 20 ms, 1 client",
+        "cstp.recordDecision",
+        1,
+        "p50",
+        "<=",
+        20.0,
+        1_000,
+    ),
+    Target(
+        "anchor: queryDecisions p50 <= 12 ms, 1 client",
+        "cstp.queryDecisions",
+        1,
+        "p50",
+        "<=",
+        12.0,
+        1_000,
+    ),
+    Target(
+        "anchor: checkGuardrails p50 <= 3 ms, 1 client",
+        "cstp.checkGuardrails",
+        1,
+        "p50",
+        "<=",
+        3.0,
+        1_000,
+    ),
+    Target(
+        "anchor: announceIntent p50 <= 20 ms, 1 client",
+        "cstp.announceIntent",
+        1,
+        "p50",
+        "<=",
+        20.0,
+        1_000,
+    ),
+    Target(
+        "anchor: announceIntent p99 <= 50 ms, 1 client",
+        "cstp.announceIntent",
+        1,
+        "p99",
+        "<=",
+        50.0,
+        1_000,
+    ),
     Target("no errors in any measured call", None, None, "errorCount", "<=", 0, None),
 )
 
@@ -483,7 +665,8 @@ def evaluate_targets(sizes: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for s in chosen:
             for row in s["methods"]:
                 if (t.method is None or row["method"] == t.method) and (
-                        t.concurrency is None or row["concurrency"] == t.concurrency):
+                    t.concurrency is None or row["concurrency"] == t.concurrency
+                ):
                     value = _metric(row, t.metric)
                     if value is not None:
                         values.append((value, s["size"], row))
@@ -492,12 +675,18 @@ def evaluate_targets(sizes: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         worst = max(values, key=lambda v: v[0]) if t.op != ">=" else min(values, key=lambda v: v[0])
         at = sorted({v[1] for v in values})
-        results.append({
-            "target": t.name, "value": worst[0], "op": t.op, "limit": t.limit,
-            "status": "pass" if _passes(worst[0], t.op, t.limit) else "FAIL",
-            "measuredAt": at, "definedAt": t.size,
-            "approximate": t.size is not None and at != [t.size],
-        })
+        results.append(
+            {
+                "target": t.name,
+                "value": worst[0],
+                "op": t.op,
+                "limit": t.limit,
+                "status": "pass" if _passes(worst[0], t.op, t.limit) else "FAIL",
+                "measuredAt": at,
+                "definedAt": t.size,
+                "approximate": t.size is not None and at != [t.size],
+            }
+        )
     return results
 
 
@@ -519,11 +708,20 @@ def evaluate_growth(sizes: list[dict[str, Any]]) -> list[dict[str, Any]]:
             # of a machine that got busier (or quieter) between the two sizes.
             f_a, f_b = (a.get("floor") or {}).get("floorMs"), (b.get("floor") or {}).get("floorMs")
             normalized = round(ratio * f_a / f_b, 3) if f_a and f_b else None
-            out.append({"method": r["method"], "concurrency": r["concurrency"],
-                        "from": a["size"], "to": b["size"], "p50From": p_a, "p50To": p_b,
-                        "ratio": round(ratio, 3), "ratioInFloors": normalized,
-                        "logNRatio": round(allowed, 3),
-                        "status": "pass" if ratio <= allowed else "FAIL"})
+            out.append(
+                {
+                    "method": r["method"],
+                    "concurrency": r["concurrency"],
+                    "from": a["size"],
+                    "to": b["size"],
+                    "p50From": p_a,
+                    "p50To": p_b,
+                    "ratio": round(ratio, 3),
+                    "ratioInFloors": normalized,
+                    "logNRatio": round(allowed, 3),
+                    "status": "pass" if ratio <= allowed else "FAIL",
+                }
+            )
     return out
 
 
@@ -534,10 +732,15 @@ def render_summary(report: dict[str, Any]) -> str:
             lines.append(f"  [not measured] {t['target']}")
             continue
         where = ", ".join(f"{s:,}" for s in t["measuredAt"])
-        note = f" (defined at {t['definedAt']:,}; measured at {where})" if t["approximate"] \
+        note = (
+            f" (defined at {t['definedAt']:,}; measured at {where})"
+            if t["approximate"]
             else f" (at {where})"
-        lines.append(f"  [{t['status']}] {t['target']}: {_fmt(t['value'])} {t['op']} "
-                     f"{_fmt(t['limit'])}{note}")
+        )
+        lines.append(
+            f"  [{t['status']}] {t['target']}: {_fmt(t['value'])} {t['op']} "
+            f"{_fmt(t['limit'])}{note}"
+        )
     growth = report.get("growth", [])
     if growth:
         lines.append("== growth of p50 between sizes (allowed: ln(b)/ln(a)) ==")
@@ -546,11 +749,14 @@ def render_summary(report: dict[str, Any]) -> str:
                 f"  [{g['status']}] {g['method'].removeprefix('cstp.')} x{g['concurrency']}: "
                 f"{g['from']:,} -> {g['to']:,}: {_fmt(g['p50From'])} -> {_fmt(g['p50To'])} ms, "
                 f"ratio {_fmt(g['ratio'])} (allowed {_fmt(g['logNRatio'])}; "
-                f"in multiples of the floor {_fmt(g['ratioInFloors'])})")
+                f"in multiples of the floor {_fmt(g['ratioInFloors'])})"
+            )
     problems = report.get("serverLogProblems", [])
     if problems:
-        lines.append(f"== the server logged {report.get('serverLogProblemCount')} error line(s); "
-                     "first ones: ==")
+        lines.append(
+            f"== the server logged {report.get('serverLogProblemCount')} error line(s); "
+            "first ones: =="
+        )
         lines.extend(f"  {p}" for p in problems[:5])
     if report.get("aborted"):
         lines.append(f"== ABORTED: {report['aborted']} ==")
@@ -558,6 +764,7 @@ def render_summary(report: dict[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------- main
+
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
@@ -579,19 +786,37 @@ def main(argv: list[str] | None = None) -> int:
         log(f"[postgres] created database {pg_name}")
     database = f"postgres:{pg_name}" if pg_name else "sqlite"
     server = ServerProcess(
-        server_env(os.environ, data_dir=tmp / "data", decisions_dir=tmp / "decisions",
-                   token=token, port=port, database_url=database_url,
-                   max_batch=args.seed_batch),
-        port, tmp / "server.log")
+        server_env(
+            os.environ,
+            data_dir=tmp / "data",
+            decisions_dir=tmp / "decisions",
+            token=token,
+            port=port,
+            database_url=database_url,
+            max_batch=args.seed_batch,
+        ),
+        port,
+        tmp / "server.log",
+    )
     run = Run(args, token, server, database, out, tmp=tmp)
     run.report = {
         "startedAt": datetime.now(timezone.utc).isoformat(),
-        "command": [sys.executable, "-m", "bench.run",
-                    *(argv if argv is not None else sys.argv[1:])],
+        "command": [
+            sys.executable,
+            "-m",
+            "bench.run",
+            *(argv if argv is not None else sys.argv[1:]),
+        ],
         "config": {k: v for k, v in vars(args).items() if not k.endswith("_list")},
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                    "python": platform.python_version(), "loadAvg": loadavg()},
-        "git": git_info(), "sizes": [], "aborted": None,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "loadAvg": loadavg(),
+        },
+        "git": git_info(),
+        "sizes": [],
+        "aborted": None,
     }
     code = 0
     try:
@@ -607,8 +832,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         returncode = server.stop()
         run.report["serverExitCode"] = returncode
-        run.report["serverStop"] = {"seconds": server.stop_seconds,
-                                    "neededSigkill": server.needed_sigkill}
+        run.report["serverStop"] = {
+            "seconds": server.stop_seconds,
+            "neededSigkill": server.needed_sigkill,
+        }
         problems = server.log_problems()
         run.report["serverLogProblemCount"] = len(problems)
         run.report["serverLogProblems"] = problems[:20]

@@ -56,74 +56,177 @@ ACTIONS: tuple[tuple[str, str], ...] = (
 )
 
 COMPONENTS = (
-    "the authentication service", "the billing pipeline", "the search indexer",
-    "the notification worker", "the user profile API", "the order management service",
-    "the inventory sync job", "the reporting warehouse", "the mobile backend",
-    "the admin dashboard", "the recommendation engine", "the audit log writer",
-    "the image resizing service", "the webhook dispatcher", "the feature flag service",
-    "the session store", "the email gateway", "the checkout flow", "the pricing engine",
-    "the data export tool", "the onboarding wizard", "the metrics collector",
-    "the document renderer", "the scheduler", "the shipping rates API", "the chat service",
-    "the fraud scoring model", "the CDN configuration", "the tenant provisioning job",
-    "the GraphQL gateway", "the backup job", "the identity provider bridge",
-    "the invoice generator", "the geo lookup service", "the A/B testing service",
-    "the customer support portal", "the event ingestion API", "the rate card importer",
-    "the translation pipeline", "the vector search service",
+    "the authentication service",
+    "the billing pipeline",
+    "the search indexer",
+    "the notification worker",
+    "the user profile API",
+    "the order management service",
+    "the inventory sync job",
+    "the reporting warehouse",
+    "the mobile backend",
+    "the admin dashboard",
+    "the recommendation engine",
+    "the audit log writer",
+    "the image resizing service",
+    "the webhook dispatcher",
+    "the feature flag service",
+    "the session store",
+    "the email gateway",
+    "the checkout flow",
+    "the pricing engine",
+    "the data export tool",
+    "the onboarding wizard",
+    "the metrics collector",
+    "the document renderer",
+    "the scheduler",
+    "the shipping rates API",
+    "the chat service",
+    "the fraud scoring model",
+    "the CDN configuration",
+    "the tenant provisioning job",
+    "the GraphQL gateway",
+    "the backup job",
+    "the identity provider bridge",
+    "the invoice generator",
+    "the geo lookup service",
+    "the A/B testing service",
+    "the customer support portal",
+    "the event ingestion API",
+    "the rate card importer",
+    "the translation pipeline",
+    "the vector search service",
 )
 
 TECHNOLOGIES = (
-    "PostgreSQL", "Redis", "Kafka", "RabbitMQ", "gRPC", "SQLite", "Kubernetes", "Terraform",
-    "Bazel", "Docker Compose", "Vault", "DynamoDB", "Elasticsearch", "NATS", "ClickHouse",
-    "S3", "Celery", "Temporal", "Envoy", "OpenTelemetry", "Poetry", "uv", "MySQL",
-    "MongoDB", "Memcached",
+    "PostgreSQL",
+    "Redis",
+    "Kafka",
+    "RabbitMQ",
+    "gRPC",
+    "SQLite",
+    "Kubernetes",
+    "Terraform",
+    "Bazel",
+    "Docker Compose",
+    "Vault",
+    "DynamoDB",
+    "Elasticsearch",
+    "NATS",
+    "ClickHouse",
+    "S3",
+    "Celery",
+    "Temporal",
+    "Envoy",
+    "OpenTelemetry",
+    "Poetry",
+    "uv",
+    "MySQL",
+    "MongoDB",
+    "Memcached",
 )
 
 CONTEXTS = (
-    "after two incidents last month", "because p99 latency doubled since the last release",
-    "to unblock the Q3 roadmap", "PR #{n} approved, all tests passing, CI green",
-    "the on-call team asked for it after a noisy week", "customers reported timeouts at peak",
+    "after two incidents last month",
+    "because p99 latency doubled since the last release",
+    "to unblock the Q3 roadmap",
+    "PR #{n} approved, all tests passing, CI green",
+    "the on-call team asked for it after a noisy week",
+    "customers reported timeouts at peak",
     "the vendor ends support for the old version in {n} days",
-    "cost of the current setup grew {n}% this quarter", "needed for the SOC 2 audit",
-    "load tests show saturation at {n} requests per second", "a spike proved it works",
-    "the team has little experience with the new stack", "agreed in the architecture review",
-    "the security scan flagged it", "migration must finish before the holiday freeze",
-    "error rate rose to {n} per thousand requests", "three teams depend on this interface",
-    "the rollback plan was rehearsed in staging", "no owner for the old code any more",
-    "requested by the largest customer", "keeps the data residency promise for EU tenants",
-    "cuts deploy time from {n} minutes to a few", "the old library has a known CVE",
-    "benchmarks on production traffic look good", "staging has been stable for {n} days",
-    "we lost data once in a similar change", "alternative options were evaluated and rejected",
-    "the change is easy to revert", "budget approved by engineering leadership",
+    "cost of the current setup grew {n}% this quarter",
+    "needed for the SOC 2 audit",
+    "load tests show saturation at {n} requests per second",
+    "a spike proved it works",
+    "the team has little experience with the new stack",
+    "agreed in the architecture review",
+    "the security scan flagged it",
+    "migration must finish before the holiday freeze",
+    "error rate rose to {n} per thousand requests",
+    "three teams depend on this interface",
+    "the rollback plan was rehearsed in staging",
+    "no owner for the old code any more",
+    "requested by the largest customer",
+    "keeps the data residency promise for EU tenants",
+    "cuts deploy time from {n} minutes to a few",
+    "the old library has a known CVE",
+    "benchmarks on production traffic look good",
+    "staging has been stable for {n} days",
+    "we lost data once in a similar change",
+    "alternative options were evaluated and rejected",
+    "the change is easy to revert",
+    "budget approved by engineering leadership",
     "the current design blocks multi-region deployment",
 )
 
 REASONS = {
-    "analysis": ("Profiling shows {c} spends most of its time waiting on {t}",
-                 "A cost model favours this option over two years"),
-    "empirical": ("The prototype handled {n} requests per second without errors",
-                  "Two weeks of shadow traffic showed identical results"),
-    "pattern": ("The same change worked well for {c} last year",
-                "This is the standard pattern for services of this size"),
-    "authority": ("The platform team recommends {t} for new work",
-                  "The vendor documentation recommends this setup"),
-    "analogy": ("Similar to how we moved {c} last quarter",
-                "Other teams solved the same problem this way"),
-    "constraint": ("The current contract with the vendor ends soon",
-                   "Compliance requires it before the next audit"),
-    "elimination": ("The other two options need a rewrite of {c}",
-                    "Doing nothing keeps the incident rate where it is"),
-    "intuition": ("It feels like the simplest thing that could work",
-                  "The team is confident after the design review"),
+    "analysis": (
+        "Profiling shows {c} spends most of its time waiting on {t}",
+        "A cost model favours this option over two years",
+    ),
+    "empirical": (
+        "The prototype handled {n} requests per second without errors",
+        "Two weeks of shadow traffic showed identical results",
+    ),
+    "pattern": (
+        "The same change worked well for {c} last year",
+        "This is the standard pattern for services of this size",
+    ),
+    "authority": (
+        "The platform team recommends {t} for new work",
+        "The vendor documentation recommends this setup",
+    ),
+    "analogy": (
+        "Similar to how we moved {c} last quarter",
+        "Other teams solved the same problem this way",
+    ),
+    "constraint": (
+        "The current contract with the vendor ends soon",
+        "Compliance requires it before the next audit",
+    ),
+    "elimination": (
+        "The other two options need a rewrite of {c}",
+        "Doing nothing keeps the incident rate where it is",
+    ),
+    "intuition": (
+        "It feels like the simplest thing that could work",
+        "The team is confident after the design review",
+    ),
 }
 
 PROJECTS = ("atlas", "beacon", "comet", "delta", "ember", "falcon", "garnet", "harbor")
 FEATURES = ("login", "payments", "search", "exports", "onboarding", "alerts", "billing", "sync")
 TAGS = (
-    "performance", "reliability", "cost", "security", "compliance", "developer-experience",
-    "latency", "scalability", "migration", "tech-debt", "incident-follow-up", "database",
-    "ci", "observability", "api", "frontend", "backend", "data", "infra", "customer-request",
-    "experiment", "rollback", "release", "dependencies", "auth", "privacy", "caching",
-    "queues", "testing", "docs",
+    "performance",
+    "reliability",
+    "cost",
+    "security",
+    "compliance",
+    "developer-experience",
+    "latency",
+    "scalability",
+    "migration",
+    "tech-debt",
+    "incident-follow-up",
+    "database",
+    "ci",
+    "observability",
+    "api",
+    "frontend",
+    "backend",
+    "data",
+    "infra",
+    "customer-request",
+    "experiment",
+    "rollback",
+    "release",
+    "dependencies",
+    "auth",
+    "privacy",
+    "caching",
+    "queues",
+    "testing",
+    "docs",
 )
 KPIS = ("p99 latency", "error rate", "deploy frequency", "monthly cost", "MTTR", "throughput")
 LESSONS = (
@@ -137,9 +240,12 @@ LESSONS = (
     "Two approvals slowed urgent fixes more than expected",
 )
 RESULTS = (
-    "Latency dropped by a third", "Rolled back after an hour because of errors",
-    "Works, but cost more than planned", "Finished on time with no incidents",
-    "Partly done; the remaining services move next quarter", "Abandoned after the spike",
+    "Latency dropped by a third",
+    "Rolled back after an hour because of errors",
+    "Works, but cost more than planned",
+    "Finished on time with no incidents",
+    "Partly done; the remaining services move next quarter",
+    "Abandoned after the spike",
 )
 
 
@@ -195,8 +301,13 @@ class Generator:
         decision, category = self._action()
         reasons = []
         for rtype in r.sample(sorted(REASONS), r.randint(1, 3)):
-            reasons.append({"type": rtype, "text": self._fill(r.choice(REASONS[rtype])),
-                            "strength": round(r.uniform(0.4, 1.0), 2)})
+            reasons.append(
+                {
+                    "type": rtype,
+                    "text": self._fill(r.choice(REASONS[rtype])),
+                    "strength": round(r.uniform(0.4, 1.0), 2),
+                }
+            )
         self._counter += 1
         params: dict[str, Any] = {
             "decision": decision,
@@ -257,10 +368,15 @@ class Generator:
 
     def guardrail_params(self) -> dict[str, Any]:
         description, category = self._action()
-        return {"action": {
-            "description": description, "category": category, "stakes": self._stakes(),
-            "confidence": self._confidence(), "context": self._facts(),
-        }}
+        return {
+            "action": {
+                "description": description,
+                "category": category,
+                "stakes": self._stakes(),
+                "confidence": self._confidence(),
+                "context": self._facts(),
+            }
+        }
 
 
 @dataclass
@@ -280,12 +396,16 @@ class SeedStats:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "requested": self.requested, "recorded": self.recorded, "reviewed": self.reviewed,
-            "recordErrors": self.record_errors, "reviewErrors": self.review_errors,
+            "requested": self.requested,
+            "recorded": self.recorded,
+            "reviewed": self.reviewed,
+            "recordErrors": self.record_errors,
+            "reviewErrors": self.review_errors,
             "notIndexedOnReturn": self.not_indexed,
             "recordSeconds": round(self.record_seconds, 2),
             "recordRatePerS": round(self.recorded / self.record_seconds, 1)
-            if self.record_seconds else None,
+            if self.record_seconds
+            else None,
             "reviewSeconds": round(self.review_seconds, 2),
             "outboxSettleSeconds": round(self.settle_seconds, 2),
             "outboxAfter": self.outbox_after,
@@ -308,5 +428,6 @@ class Progress:
         elapsed = max(now - self.started, 1e-9)
         self._write(
             f"[{self.label}] {done}/{self.total} ({done / elapsed:.0f}/s, {errors} errors, "
-            f"{elapsed:.0f} s)", final,
+            f"{elapsed:.0f} s)",
+            final,
         )

@@ -37,22 +37,32 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def server_env(base: Mapping[str, str], *, data_dir: Path, decisions_dir: Path, token: str,
-               port: int, database_url: str | None, max_batch: int) -> dict[str, str]:
+def server_env(
+    base: Mapping[str, str],
+    *,
+    data_dir: Path,
+    decisions_dir: Path,
+    token: str,
+    port: int,
+    database_url: str | None,
+    max_batch: int,
+) -> dict[str, str]:
     """The environment of the server: the caller's CSTP_* settings are dropped on purpose, so a
     developer's own CSTP_CHROMA_URL or rate limits never leak into the measurement."""
     env = {k: v for k, v in base.items() if not k.startswith("CSTP_")}
-    env.update({
-        "CSTP_DATA_DIR": str(data_dir),
-        "CSTP_DECISIONS_DIR": str(decisions_dir),
-        "CSTP_AUTH_TOKENS": f"bench:{token}",
-        "CSTP_RATE_LIMITS": "default=1000000000/1",
-        "CSTP_LOG_LEVEL": "WARNING",
-        "CSTP_HOST": HOST,
-        "CSTP_PORT": str(port),
-        "CSTP_MAX_BATCH": str(max(50, max_batch)),
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "CSTP_DATA_DIR": str(data_dir),
+            "CSTP_DECISIONS_DIR": str(decisions_dir),
+            "CSTP_AUTH_TOKENS": f"bench:{token}",
+            "CSTP_RATE_LIMITS": "default=1000000000/1",
+            "CSTP_LOG_LEVEL": "WARNING",
+            "CSTP_HOST": HOST,
+            "CSTP_PORT": str(port),
+            "CSTP_MAX_BATCH": str(max(50, max_batch)),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     if database_url:
         env["CSTP_DATABASE_URL"] = database_url
     return env
@@ -74,10 +84,22 @@ class ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "app.cli", "serve", "--host", HOST,
-                 "--port", str(self.port)],
-                cwd=REPO_ROOT, env=self.env, stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True,
+                [
+                    sys.executable,
+                    "-m",
+                    "app.cli",
+                    "serve",
+                    "--host",
+                    HOST,
+                    "--port",
+                    str(self.port),
+                ],
+                cwd=REPO_ROOT,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         atexit.register(self.stop)  # last line of defence if the harness dies unexpectedly
 
@@ -135,8 +157,10 @@ class ServerProcess:
             while time.monotonic() < deadline:
                 if not self.running():
                     code = self.proc.returncode if self.proc else None
-                    raise BenchError(f"the server exited with code {code} before it was "
-                                     f"healthy; its log ends with:\n{self.log_tail()}")
+                    raise BenchError(
+                        f"the server exited with code {code} before it was "
+                        f"healthy; its log ends with:\n{self.log_tail()}"
+                    )
                 try:
                     response = await http.get(f"{self.base_url}/health")
                     if response.status_code == 200:
@@ -144,11 +168,14 @@ class ServerProcess:
                 except httpx.HTTPError:
                     pass
                 await asyncio.sleep(0.2)
-        raise BenchError(f"the server was not healthy within {timeout:.0f} s; its log ends with:\n"
-                         f"{self.log_tail()}")
+        raise BenchError(
+            f"the server was not healthy within {timeout:.0f} s; its log ends with:\n"
+            f"{self.log_tail()}"
+        )
 
 
 # ---- Postgres: one fresh database per run, dropped afterwards ----
+
 
 def _admin_dsn(url: str) -> str:
     return url.replace("postgresql+asyncpg://", "postgresql://", 1)

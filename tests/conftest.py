@@ -154,8 +154,9 @@ async def serve_app(app: Litestar) -> AsyncIterator[AppClient]:
             await stop.wait()
 
     task = asyncio.create_task(run())
-    await asyncio.wait([task, asyncio.create_task(started.wait())],
-                       return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait(
+        [task, asyncio.create_task(started.wait())], return_when=asyncio.FIRST_COMPLETED
+    )
     if task.done():
         task.result()
     try:
@@ -253,8 +254,9 @@ def free_port() -> Iterator[int]:
     yield port
 
 
-def wait_until_up(proc: subprocess.Popen[bytes], url: str, timeout: float,
-                  log: Callable[[], str] = lambda: "") -> None:
+def wait_until_up(
+    proc: subprocess.Popen[bytes], url: str, timeout: float, log: Callable[[], str] = lambda: ""
+) -> None:
     """Poll ``url`` until it answers 200. RuntimeError (with the tail of ``log()``) when
     ``proc`` exits first or ``timeout`` runs out; the caller stops ``proc``."""
     deadline = time.monotonic() + timeout
@@ -281,9 +283,19 @@ class ChromaServer:
 
     def start(self, timeout: float = 60.0) -> None:
         self.proc = subprocess.Popen(
-            [str(Path(sys.executable).with_name("chroma")), "run", "--path", str(self.path),
-             "--port", str(self.port), "--host", "127.0.0.1"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            [
+                str(Path(sys.executable).with_name("chroma")),
+                "run",
+                "--path",
+                str(self.path),
+                "--port",
+                str(self.port),
+                "--host",
+                "127.0.0.1",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
         try:
             wait_until_up(self.proc, f"{self.url}/api/v2/heartbeat", timeout)

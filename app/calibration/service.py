@@ -29,6 +29,7 @@ SCORES = {"success": 1.0, "partial": 0.5, "failure": 0.0}
 HEADLINE = ("brierScore", "accuracy", "calibrationGap", "interpretation")
 MAX_RECOMMENDATIONS = 8
 
+
 def _action(gap: float, there: str) -> str:
     if gap < 0:
         return f"lower confidence{there} or gather more evidence before deciding"

@@ -7,8 +7,17 @@ import click
 from .decisions import get_cmd, list_cmd, query_cmd, record_cmd, review_cmd
 from .guidance import announce_cmd, calibration_cmd, check_cmd, guardrails_cmd
 
-COMMANDS = (query_cmd, check_cmd, announce_cmd, record_cmd, review_cmd, get_cmd, list_cmd,
-            calibration_cmd, guardrails_cmd)
+COMMANDS = (
+    query_cmd,
+    check_cmd,
+    announce_cmd,
+    record_cmd,
+    review_cmd,
+    get_cmd,
+    list_cmd,
+    calibration_cmd,
+    guardrails_cmd,
+)
 
 
 def register_client_commands(group: click.Group) -> None:

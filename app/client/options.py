@@ -39,8 +39,9 @@ def parse_pairs(values: Sequence[str], option: str) -> dict[str, Any]:
     return out
 
 
-def add_pairs(params: dict[str, Any], key: str, values: Sequence[str],
-              option: str) -> dict[str, Any]:
+def add_pairs(
+    params: dict[str, Any], key: str, values: Sequence[str], option: str
+) -> dict[str, Any]:
     """Set ``params[key]`` to the ``KEY=VALUE`` items of ``option``, if any were given."""
     pairs = parse_pairs(values, option)
     if pairs:
@@ -63,20 +64,31 @@ def parse_reasons(values: Sequence[str]) -> list[dict[str, Any]]:
 
 def compact(params: dict[str, Any]) -> dict[str, Any]:
     """Leave out options that were not given (None, empty tuples)."""
-    return {k: (list(v) if isinstance(v, tuple) else v)
-            for k, v in params.items() if v is not None and v != ()}
+    return {
+        k: (list(v) if isinstance(v, tuple) else v)
+        for k, v in params.items()
+        if v is not None and v != ()
+    }
 
 
 def client_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``--url``, ``--token`` and ``--json`` on every client command; the command gets a
     ready :class:`Caller` as its first argument."""
 
-    @click.option("--json", "as_json", is_flag=True,
-                  help="Print the JSON-RPC result as JSON (for scripts).")
-    @click.option("--token", envvar="CSTP_TOKEN", show_envvar=True, default=None,
-                  help="Bearer token.")
-    @click.option("--url", envvar="CSTP_URL", show_envvar=True, default=DEFAULT_URL,
-                  show_default=True, help="Server address (with or without /cstp).")
+    @click.option(
+        "--json", "as_json", is_flag=True, help="Print the JSON-RPC result as JSON (for scripts)."
+    )
+    @click.option(
+        "--token", envvar="CSTP_TOKEN", show_envvar=True, default=None, help="Bearer token."
+    )
+    @click.option(
+        "--url",
+        envvar="CSTP_URL",
+        show_envvar=True,
+        default=DEFAULT_URL,
+        show_default=True,
+        help="Server address (with or without /cstp).",
+    )
     @functools.wraps(fn)
     def wrapper(url: str, token: str | None, as_json: bool, **kwargs: Any) -> Any:
         try:

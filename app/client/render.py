@@ -96,9 +96,7 @@ def state(item: dict[str, Any]) -> str:
     return str(outcome) if outcome else str(item.get("status") or "-")
 
 
-def decision_rows(
-    decisions: list[dict[str, Any]], with_distance: bool = False
-) -> list[str]:
+def decision_rows(decisions: list[dict[str, Any]], with_distance: bool = False) -> list[str]:
     headers = ["ID", "TITLE", "CATEGORY", "CONF", "STAKES", "STATUS"]
     if with_distance:
         headers.append("DISTANCE")
@@ -121,8 +119,10 @@ def decision_rows(
 def reason_lines(reasons: Iterable[dict[str, Any]], indent: str) -> None:
     """``- analysis (0.8): ACID needed`` per reason of a decision."""
     for reason in reasons:
-        echo(f"{indent}- {reason.get('type')} ({fmt(reason.get('strength'))}): "
-             f"{one_line(reason.get('text') or '')}")
+        echo(
+            f"{indent}- {reason.get('type')} ({fmt(reason.get('strength'))}): "
+            f"{one_line(reason.get('text') or '')}"
+        )
 
 
 def _rule_items(label: str, items: list[dict[str, Any]]) -> None:
@@ -137,7 +137,11 @@ def _rule_items(label: str, items: list[dict[str, Any]]) -> None:
 
 
 def guardrail_verdict(status: dict[str, Any]) -> None:
-    kv([("allowed", bool(status.get("allowed"))),
-        ("evaluated", f"{status.get('evaluated', 0)} rule(s)")])
+    kv(
+        [
+            ("allowed", bool(status.get("allowed"))),
+            ("evaluated", f"{status.get('evaluated', 0)} rule(s)"),
+        ]
+    )
     _rule_items("violations", list(status.get("violations") or []))
     _rule_items("warnings", list(status.get("warnings") or []))

@@ -121,8 +121,10 @@ class Caller:
             fail(f"the request is too large for the server at {url} (HTTP 413)")
         if status != 200:
             detail = _http_detail(response)
-            fail(f"the CSTP server at {url} answered HTTP {status}"
-                 + (f": {detail}" if detail else ""))
+            fail(
+                f"the CSTP server at {url} answered HTTP {status}"
+                + (f": {detail}" if detail else "")
+            )
         try:
             answer = response.json()
         except ValueError:

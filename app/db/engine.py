@@ -22,7 +22,11 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import (
-    AsyncEngine, AsyncSession, AsyncSessionTransaction, async_sessionmaker, create_async_engine,
+    AsyncEngine,
+    AsyncSession,
+    AsyncSessionTransaction,
+    async_sessionmaker,
+    create_async_engine,
 )
 
 from . import sqlite_driver
@@ -32,7 +36,11 @@ T = TypeVar("T")
 
 def _sqlite_engine(url: str, begin: str) -> AsyncEngine:
     engine = create_async_engine(
-        url, pool_size=8, max_overflow=8, connect_args={"timeout": 30}, pool_pre_ping=False,
+        url,
+        pool_size=8,
+        max_overflow=8,
+        connect_args={"timeout": 30},
+        pool_pre_ping=False,
         module=sqlite_driver.dbapi(),
     )
     _set_up_sqlite(engine.sync_engine, begin, busy_ms=30_000)
@@ -157,8 +165,11 @@ class Database:
             self._loop_reads: Engine | None = None
             if ":memory:" not in url:
                 self._loop_reads = create_engine(
-                    url.replace("sqlite+aiosqlite:", "sqlite:", 1), pool_size=2,
-                    max_overflow=8, connect_args={"check_same_thread": False})
+                    url.replace("sqlite+aiosqlite:", "sqlite:", 1),
+                    pool_size=2,
+                    max_overflow=8,
+                    connect_args={"check_same_thread": False},
+                )
                 _set_up_sqlite(self._loop_reads, "BEGIN", busy_ms=5_000)
         else:
             # asyncpg prepares every statement and keeps it per connection, and Postgres may
@@ -167,14 +178,17 @@ class Database:
             # held 10,000, while a fresh server on the same data did not (docs/PERFORMANCE.md).
             # Custom plans are made per execution, with the statistics of the day.
             self.write_engine = create_async_engine(
-                url, pool_size=10, max_overflow=10,
+                url,
+                pool_size=10,
+                max_overflow=10,
                 connect_args={"server_settings": {"plan_cache_mode": "force_custom_plan"}},
             )
             _replace_closed_connections(self.write_engine)
             self.read_engine = self.write_engine
             self._loop_reads = None
         self._write_sessions = async_sessionmaker(
-            self.write_engine, expire_on_commit=False,
+            self.write_engine,
+            expire_on_commit=False,
             class_=SerializedWriteSession if self.is_sqlite else AsyncSession,
         )
         self._read_sessions = async_sessionmaker(self.read_engine, expire_on_commit=False)
@@ -199,8 +213,7 @@ class Database:
             async with self._session(write=write) as session:
                 yield session
 
-    async def read(self, work: Callable[[Connection], T],
-                   session: AsyncSession | None = None) -> T:
+    async def read(self, work: Callable[[Connection], T], session: AsyncSession | None = None) -> T:
         """Run ``work`` (Core statements on a plain connection) in one transaction.
 
         On SQLite ``work`` runs right here, on the event loop's thread, through the standard

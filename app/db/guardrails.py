@@ -35,9 +35,7 @@ class GuardrailRuleResult(Base):
     __tablename__ = "guardrail_rule_results"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    evaluation_id: Mapped[str] = mapped_column(
-        ForeignKey("guardrail_evaluations.id"), index=True
-    )
+    evaluation_id: Mapped[str] = mapped_column(ForeignKey("guardrail_evaluations.id"), index=True)
     guardrail_id: Mapped[str] = mapped_column(String(128), index=True)
     severity: Mapped[str] = mapped_column(String(8))
     fired: Mapped[bool] = mapped_column(Boolean)

@@ -16,8 +16,12 @@ class Intent(Base):
     __table_args__ = (
         # One successful announcement per (agent, correlation id): the safe-retry key.
         Index(
-            "uq_intents_agent_correlation_ok", "agent", "correlation_id", unique=True,
-            sqlite_where=text("outcome = 'ok'"), postgresql_where=text("outcome = 'ok'"),
+            "uq_intents_agent_correlation_ok",
+            "agent",
+            "correlation_id",
+            unique=True,
+            sqlite_where=text("outcome = 'ok'"),
+            postgresql_where=text("outcome = 'ok'"),
         ),
     )
 

@@ -77,7 +77,8 @@ async def _with_connection(
         async with engine.connect() as conn:
             if locked:
                 await conn.exec_driver_sql(
-                    "BEGIN IMMEDIATE" if sqlite
+                    "BEGIN IMMEDIATE"
+                    if sqlite
                     else f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"
                 )
             result = await conn.run_sync(work)

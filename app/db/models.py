@@ -7,6 +7,14 @@ from .intents import Intent, IntentMatch
 from .outbox import OutboxEvent
 
 __all__ = [
-    "Base", "Decision", "DecisionReason", "DecisionReview", "DecisionTag", "GuardrailEvaluation",
-    "GuardrailRuleResult", "Intent", "IntentMatch", "OutboxEvent",
+    "Base",
+    "Decision",
+    "DecisionReason",
+    "DecisionReview",
+    "DecisionTag",
+    "GuardrailEvaluation",
+    "GuardrailRuleResult",
+    "Intent",
+    "IntentMatch",
+    "OutboxEvent",
 ]

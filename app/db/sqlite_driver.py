@@ -21,7 +21,9 @@ from typing import Any
 
 import aiosqlite
 from sqlalchemy.dialects.sqlite.aiosqlite import (
-    AsyncAdapt_aiosqlite_connection, AsyncAdapt_aiosqlite_cursor, AsyncAdapt_aiosqlite_dbapi,
+    AsyncAdapt_aiosqlite_connection,
+    AsyncAdapt_aiosqlite_cursor,
+    AsyncAdapt_aiosqlite_dbapi,
 )
 from sqlalchemy.util import EMPTY_DICT
 
@@ -85,7 +87,8 @@ class OneHopCursor(AsyncAdapt_aiosqlite_cursor):
         connection: aiosqlite.Connection = self._connection  # type: ignore[assignment]
         async with self._adapt_connection._execute_mutex:
             outcome: _Outcome = await connection._execute(
-                _run, connection._conn, operation, parameters, many)
+                _run, connection._conn, operation, parameters, many
+            )
         self._description, rows, self._rowcount, self._lastrowid = outcome
         self._rows = collections.deque(rows) if rows is not None else collections.deque()
 

@@ -67,18 +67,27 @@ class Brief:
 
 
 # What a search reads of a row: the columns named by Brief's fields, in that order.
-SEARCH_COLUMNS = tuple(getattr(Decision, f.name) for f in fields(Brief)
-                       if f.name not in ("tag_names", "reasons"))
+SEARCH_COLUMNS = tuple(
+    getattr(Decision, f.name) for f in fields(Brief) if f.name not in ("tag_names", "reasons")
+)
 
 # Built once: building a statement (and its cache key) costs more than running it here.
 _BRIEFS = select(*SEARCH_COLUMNS).where(Decision.id.in_(bindparam("ids", expanding=True)))
-_TAGS = (select(DecisionTag.decision_id, DecisionTag.tag)
-         .where(DecisionTag.decision_id.in_(bindparam("ids", expanding=True)))
-         .order_by(DecisionTag.decision_id, DecisionTag.position))
-_REASONS = (select(DecisionReason.decision_id, DecisionReason.type, DecisionReason.text,
-                   DecisionReason.strength)
-            .where(DecisionReason.decision_id.in_(bindparam("ids", expanding=True)))
-            .order_by(DecisionReason.decision_id, DecisionReason.position))
+_TAGS = (
+    select(DecisionTag.decision_id, DecisionTag.tag)
+    .where(DecisionTag.decision_id.in_(bindparam("ids", expanding=True)))
+    .order_by(DecisionTag.decision_id, DecisionTag.position)
+)
+_REASONS = (
+    select(
+        DecisionReason.decision_id,
+        DecisionReason.type,
+        DecisionReason.text,
+        DecisionReason.strength,
+    )
+    .where(DecisionReason.decision_id.in_(bindparam("ids", expanding=True)))
+    .order_by(DecisionReason.decision_id, DecisionReason.position)
+)
 
 
 def load_briefs(conn: Connection, ids: Sequence[str]) -> dict[str, Brief]:
@@ -104,16 +113,15 @@ def add_reasons(conn: Connection, briefs: Sequence[Brief]) -> None:
             by_id[row.decision_id].reasons.append(row)
 
 
-async def load_decisions(
-    session: AsyncSession, ids: Sequence[str]
-) -> dict[str, Decision]:
+async def load_decisions(session: AsyncSession, ids: Sequence[str]) -> dict[str, Decision]:
     """Rows by id with every column, their tags and their reasons."""
     if not ids:
         return {}
     # Tags and reasons each by ``decision_id IN (...)``: a join would let Postgres hash-join
     # against a full scan of decision_tags, which grows with the corpus.
     rows = await session.scalars(
-        select(Decision).where(Decision.id.in_(list(ids)))
+        select(Decision)
+        .where(Decision.id.in_(list(ids)))
         .options(selectinload(Decision.tags), selectinload(Decision.reasons))
     )
     return {row.id: row for row in rows}

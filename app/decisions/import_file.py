@@ -25,7 +25,12 @@ from app.operations.params import decode, nul_path
 
 from .document import summarize
 from .schemas import (
-    MentalState, Outcome, ReasonType, RecordDecisionParams, ReviewDecisionParams, Stakes,
+    MentalState,
+    Outcome,
+    ReasonType,
+    RecordDecisionParams,
+    ReviewDecisionParams,
+    Stakes,
 )
 
 # The values the wire accepts (app.decisions.schemas), as sets.
@@ -38,7 +43,8 @@ CORRELATION_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1  # what an Integer column holds on Postgres
 # The lengths of the decision's text columns, read from the model, by column (= YAML key) name.
 LENGTHS: dict[str, int] = {
-    c.name: c.type.length for c in Decision.__table__.columns
+    c.name: c.type.length
+    for c in Decision.__table__.columns
     if isinstance(getattr(c.type, "length", None), int)
 }
 TAG_LENGTH: int = DecisionTag.__table__.c.tag.type.length
@@ -224,8 +230,12 @@ def parse_file(path: Path, categories: tuple[str, ...], max_bytes: int) -> Decis
     if not text or not text.strip():
         raise Unreadable("decision: missing")
     confidence = data.get("confidence")
-    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not (
-        0.0 <= confidence <= 1.0  # compared as it is: float() of a huge int overflows
+    if (
+        isinstance(confidence, bool)
+        or not isinstance(confidence, (int, float))
+        or not (
+            0.0 <= confidence <= 1.0  # compared as it is: float() of a huge int overflows
+        )
     ):
         raise Unreadable("confidence: must be a number between 0.0 and 1.0")
     category = _choice(data.get("category"), set(categories), "category")
@@ -235,17 +245,26 @@ def parse_file(path: Path, categories: tuple[str, ...], max_bytes: int) -> Decis
     if created is None:
         raise Unreadable("date: missing")
     decision = Decision(
-        id=decision_id(data, content), summary=_text(data, "summary") or summarize(text),
-        decision=text.strip(), category=category, confidence=float(confidence),
+        id=decision_id(data, content),
+        summary=_text(data, "summary") or summarize(text),
+        decision=text.strip(),
+        category=category,
+        confidence=float(confidence),
         stakes=_choice(data.get("stakes"), STAKES, "stakes", "medium"),
-        status="pending", created_at=created,
-        recorded_by=_text(data, "recorded_by") or "import", context=_text(data, "context"),
+        status="pending",
+        created_at=created,
+        recorded_by=_text(data, "recorded_by") or "import",
+        context=_text(data, "context"),
         mental_state=_choice(data.get("mental_state"), MENTAL_STATES, "mental_state"),
         review_by=_when(data.get("review_by"), "review_by"),
         kpi_indicators=_scalars(data, "kpi_indicators") or None,
-        project=_text(data, "project"), feature=_text(data, "feature"),
-        pr=_int(data, "pr"), file=_text(data, "file"), line=_int(data, "line"),
-        commit=_text(data, "commit"), correlation_id=_correlation_id(data),
+        project=_text(data, "project"),
+        feature=_text(data, "feature"),
+        pr=_int(data, "pr"),
+        file=_text(data, "file"),
+        line=_int(data, "line"),
+        commit=_text(data, "commit"),
+        correlation_id=_correlation_id(data),
     )
     pre = data.get("pre_decision")
     if isinstance(pre, dict):
@@ -266,20 +285,38 @@ def _within_api_limits(d: Decision) -> None:
     free-form limits of ``affected_kpis``): checked by the API's own params structs, so an
     import can store nothing a client could not have sent."""
     recorded = {
-        "decision": d.decision, "confidence": d.confidence, "category": d.category,
-        "stakes": d.stakes, "context": d.context, "mentalState": d.mental_state,
-        "reasons": [{"type": r.type, "text": r.text, "strength": r.strength}
-                    for r in d.reasons],
-        "kpiIndicators": d.kpi_indicators or [], "tags": [t.tag for t in d.tags],
-        "project": d.project, "feature": d.feature, "pr": d.pr, "file": d.file,
-        "line": d.line, "commit": d.commit, "correlationId": d.correlation_id,
+        "decision": d.decision,
+        "confidence": d.confidence,
+        "category": d.category,
+        "stakes": d.stakes,
+        "context": d.context,
+        "mentalState": d.mental_state,
+        "reasons": [{"type": r.type, "text": r.text, "strength": r.strength} for r in d.reasons],
+        "kpiIndicators": d.kpi_indicators or [],
+        "tags": [t.tag for t in d.tags],
+        "project": d.project,
+        "feature": d.feature,
+        "pr": d.pr,
+        "file": d.file,
+        "line": d.line,
+        "commit": d.commit,
+        "correlationId": d.correlation_id,
     }
     checks: list[tuple[dict[str, Any], type[Any]]] = [(recorded, RecordDecisionParams)]
     if d.outcome is not None:
-        checks.append(({
-            "id": d.id, "outcome": d.outcome, "actualResult": d.actual_result,
-            "lessons": d.lessons, "notes": d.review_notes, "affectedKpis": d.affected_kpis,
-        }, ReviewDecisionParams))
+        checks.append(
+            (
+                {
+                    "id": d.id,
+                    "outcome": d.outcome,
+                    "actualResult": d.actual_result,
+                    "lessons": d.lessons,
+                    "notes": d.review_notes,
+                    "affectedKpis": d.affected_kpis,
+                },
+                ReviewDecisionParams,
+            )
+        )
     for params, struct in checks:
         try:
             decode(params, struct)
@@ -300,8 +337,10 @@ def _reason(position: int, raw: Any) -> DecisionReason:
     if not isinstance(raw, dict) or not isinstance(raw.get("text"), str):
         raise Unreadable(f"reasons[{position}]: needs a text")
     strength = raw.get("strength", 0.8)
-    if isinstance(strength, bool) or not isinstance(strength, (int, float)) or not (
-        0.0 <= strength <= 1.0
+    if (
+        isinstance(strength, bool)
+        or not isinstance(strength, (int, float))
+        or not (0.0 <= strength <= 1.0)
     ):
         raise Unreadable(f"reasons[{position}].strength: must be a number between 0.0 and 1.0")
     kind = _choice(raw.get("type", "analysis"), REASON_TYPES, f"reasons[{position}].type")

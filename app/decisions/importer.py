@@ -57,7 +57,9 @@ def _chunks(items: list[Path], size: int) -> Iterator[list[Path]]:
         yield items[start : start + size]
 
 
-async def import_tree(services: Services, root: Path, progress: Progress | None = None) -> ImportReport:
+async def import_tree(
+    services: Services, root: Path, progress: Progress | None = None
+) -> ImportReport:
     """Import every YAML file under ``root``, BATCH files per transaction. A file that cannot
     be read, or that the database refuses, is listed in the report with the reason; the
     others are imported all the same."""
@@ -96,8 +98,12 @@ async def import_tree(services: Services, root: Path, progress: Progress | None 
                     one_new, one_existing = await _store(services, [decision], report.new_ids)
                 except SQLAlchemyError as exc:
                     log.warning("import of %s refused by the database: %s", path, exc)
-                    report.failed.append((str(path.relative_to(root)),
-                                          f"refused by the database ({type(exc).__name__})"))
+                    report.failed.append(
+                        (
+                            str(path.relative_to(root)),
+                            f"refused by the database ({type(exc).__name__})",
+                        )
+                    )
                     continue
                 new, existing = new + one_new, existing + one_existing
         report.new += new
@@ -108,8 +114,9 @@ async def import_tree(services: Services, root: Path, progress: Progress | None 
     return report
 
 
-async def _store(services: Services, decisions: list[Decision],
-                 new_ids: list[str]) -> tuple[int, int]:
+async def _store(
+    services: Services, decisions: list[Decision], new_ids: list[str]
+) -> tuple[int, int]:
     """Store the decisions not stored yet, in one transaction; returns (new, already there)
     and adds the new ones' ids to ``new_ids`` once they are committed."""
     new = existing = 0
@@ -136,9 +143,12 @@ async def _store(services: Services, decisions: list[Decision],
 def _history_row(decision: Decision) -> DecisionReview:
     assert decision.outcome is not None and decision.reviewed_at is not None
     return DecisionReview(
-        decision_id=decision.id, outcome=decision.outcome, actual_result=decision.actual_result,
-        lessons=decision.lessons, notes=decision.review_notes,
-        affected_kpis=decision.affected_kpis, reviewed_by=decision.reviewed_by or "import",
+        decision_id=decision.id,
+        outcome=decision.outcome,
+        actual_result=decision.actual_result,
+        lessons=decision.lessons,
+        notes=decision.review_notes,
+        affected_kpis=decision.affected_kpis,
+        reviewed_by=decision.reviewed_by or "import",
         reviewed_at=decision.reviewed_at,
     )
-

@@ -25,9 +25,14 @@ async def review(ctx: CallContext, p: ReviewDecisionParams) -> dict[str, Any]:
     now = ctx.services.runtime.now()
     ctx.session.add(
         DecisionReview(
-            decision_id=decision.id, outcome=p.outcome, actual_result=p.actual_result,
-            lessons=p.lessons, notes=p.notes, affected_kpis=p.affected_kpis,
-            reviewed_by=ctx.agent, reviewed_at=now,
+            decision_id=decision.id,
+            outcome=p.outcome,
+            actual_result=p.actual_result,
+            lessons=p.lessons,
+            notes=p.notes,
+            affected_kpis=p.affected_kpis,
+            reviewed_by=ctx.agent,
+            reviewed_at=now,
         )
     )
     decision.status = "reviewed"

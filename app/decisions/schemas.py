@@ -21,7 +21,13 @@ Stakes = Literal["low", "medium", "high", "critical"]
 Status = Literal["pending", "reviewed"]
 Outcome = Literal["success", "partial", "failure", "abandoned"]
 ReasonType = Literal[
-    "authority", "analogy", "analysis", "pattern", "intuition", "empirical", "elimination",
+    "authority",
+    "analogy",
+    "analysis",
+    "pattern",
+    "intuition",
+    "empirical",
+    "elimination",
     "constraint",
 ]
 MentalState = Literal["deliberate", "reactive", "exploratory", "habitual", "pressured"]

@@ -51,8 +51,12 @@ async def _link_intent(ctx: CallContext, p: RecordDecisionParams) -> dict[str, A
             "correlationId", "no intent with this correlationId was announced by this agent"
         )
     return {
-        "intent_id": intent.id, "correlation_id": p.correlation_id, "pre_query_run": True, "pre_similar_found": intent.similar_found,
-        "pre_guardrails_checked": True, "pre_guardrails_passed": intent.allowed,
+        "intent_id": intent.id,
+        "correlation_id": p.correlation_id,
+        "pre_query_run": True,
+        "pre_similar_found": intent.similar_found,
+        "pre_guardrails_checked": True,
+        "pre_guardrails_passed": intent.allowed,
     }
 
 
@@ -118,8 +122,11 @@ async def record(ctx: CallContext, p: RecordDecisionParams) -> RecordDecisionRes
     fields["guardrail_evaluation_id"] = staged.checked.evaluation_id if staged else None
     decision, indexed = await ctx.services.recorder.write(build, staged, prepared)
     return RecordDecisionResult(
-        success=True, id=decision.id, path=document.relative_path(decision),
-        indexed=indexed, timestamp=iso(now),
+        success=True,
+        id=decision.id,
+        path=document.relative_path(decision),
+        indexed=indexed,
+        timestamp=iso(now),
     )
 
 

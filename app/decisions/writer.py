@@ -84,8 +84,9 @@ class RecordWriter:
         """Wait until everything queued now is written and delivered (shutdown, tests).
         Cancelling the wait leaves the work alone: its callers still get their answers."""
         while True:
-            running = {t for t in (self._flusher, *self._deliveries)
-                       if t is not None and not t.done()}
+            running = {
+                t for t in (self._flusher, *self._deliveries) if t is not None and not t.done()
+            }
             if not running:
                 return
             await asyncio.wait(running)  # unlike gather, a cancelled wait cancels nothing
@@ -123,12 +124,18 @@ class RecordWriter:
         if len(built) == len(group) and not isinstance(exc, IntegrityError):
             try:
                 if await self._all_stored([d for _, d, _ in built]):
-                    log.warning("a group of %d decisions was committed although its commit "
-                                "raised %s", len(group), type(exc).__name__)
+                    log.warning(
+                        "a group of %d decisions was committed although its commit raised %s",
+                        len(group),
+                        type(exc).__name__,
+                    )
                     return built
             except Exception as check:  # noqa: BLE001 - unknown: never risk a second copy
-                log.warning("could not tell whether a failed group of %d decisions was "
-                            "committed", len(group), exc_info=True)
+                log.warning(
+                    "could not tell whether a failed group of %d decisions was committed",
+                    len(group),
+                    exc_info=True,
+                )
                 for unit in group:
                     _fail(unit, check)
                 return []
@@ -147,7 +154,8 @@ class RecordWriter:
         wanted = {d.id: d.created_at for d in decisions}
         async with self.db.transaction(write=False) as session:
             rows = await session.execute(
-                select(Decision.id, Decision.created_at).where(Decision.id.in_(list(wanted))))
+                select(Decision.id, Decision.created_at).where(Decision.id.in_(list(wanted)))
+            )
             found = {row[0]: row[1] for row in rows.all()}
         return all(found.get(i) == when for i, when in wanted.items())
 
@@ -200,8 +208,7 @@ class RecordWriter:
 
     async def _deliver(self, committed: _Committed) -> None:
         """The outbox pass for a committed group, then each call's answer."""
-        await asyncio.gather(*(unit.prepared for unit, _, _ in committed),
-                             return_exceptions=True)
+        await asyncio.gather(*(unit.prepared for unit, _, _ in committed), return_exceptions=True)
         events = [event for _, _, unit_events in committed for event in unit_events]
         try:
             stats = await self.relay.process(events, [decision for _, decision, _ in committed])

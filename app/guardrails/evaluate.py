@@ -22,7 +22,10 @@ MAX_RENDERED_FACT = 200
 _PLACEHOLDER = re.compile(r"\{([A-Za-z0-9_.-]+)\}")
 _MISSING: Any = object()
 _ORDER: dict[str, Callable[[Any, Any], bool]] = {
-    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
 }
 
 
@@ -93,24 +96,28 @@ def evaluate(rule_set: RuleSet, facts: Mapping[str, Any], scope: str | None) -> 
             errors += 1
             detail = str(exc) or type(exc).__name__
             checks.append(RuleCheck(rule.id, rule.action, fired=False, error=detail))
-            bucket.append(RuleResult(
-                guardrail_id=rule.id,
-                name=rule.description,
-                message=f"Guardrail '{rule.id}' could not be evaluated",
-                severity=rule.action,
-                suggestion=None,
-                error=detail,
-            ))
+            bucket.append(
+                RuleResult(
+                    guardrail_id=rule.id,
+                    name=rule.description,
+                    message=f"Guardrail '{rule.id}' could not be evaluated",
+                    severity=rule.action,
+                    suggestion=None,
+                    error=detail,
+                )
+            )
             continue
         checks.append(RuleCheck(rule.id, rule.action, fired=fired))
         if fired:
-            bucket.append(RuleResult(
-                guardrail_id=rule.id,
-                name=rule.description,
-                message=render_message(rule.message, facts),
-                severity=rule.action,
-                suggestion=rule.suggestion,
-            ))
+            bucket.append(
+                RuleResult(
+                    guardrail_id=rule.id,
+                    name=rule.description,
+                    message=render_message(rule.message, facts),
+                    severity=rule.action,
+                    suggestion=rule.suggestion,
+                )
+            )
     return Evaluation(
         allowed=not violations,
         violations=tuple(violations),
@@ -151,12 +158,14 @@ def condition_holds(condition: Condition, facts: Mapping[str, Any]) -> bool:
         return _equal(fact, value)
     if op == "!=":
         return not _equal(fact, value)
-    if (_is_number(fact) and _is_number(value)) or (isinstance(fact, str)
-                                                    and isinstance(value, str)):
+    if (_is_number(fact) and _is_number(value)) or (
+        isinstance(fact, str) and isinstance(value, str)
+    ):
         return _ORDER[op](fact, value)
     raise GuardrailEvalError(
         f"cannot compare {_type_name(fact)} fact '{condition.field}' with "
-        f"{_type_name(value)} using '{op}'")
+        f"{_type_name(value)} using '{op}'"
+    )
 
 
 def render_message(template: str, facts: Mapping[str, Any]) -> str:
@@ -165,6 +174,7 @@ def render_message(template: str, facts: Mapping[str, Any]) -> str:
     Plain substitution, never ``str.format``: templates are operator text and facts are caller
     text, and format's attribute/index syntax would let either reach into Python objects.
     """
+
     def substitute(match: re.Match[str]) -> str:
         fact = facts.get(match.group(1))
         return "?" if fact is None else _fact_text(fact)

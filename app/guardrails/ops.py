@@ -9,7 +9,10 @@ from app.operations.context import CallContext
 from app.operations.registry import Operation, Registry
 
 from .schemas import (
-    CheckGuardrailsParams, CheckGuardrailsResult, ListGuardrailsParams, ListGuardrailsResult,
+    CheckGuardrailsParams,
+    CheckGuardrailsResult,
+    ListGuardrailsParams,
+    ListGuardrailsResult,
 )
 from .service import Request, check
 
@@ -17,9 +20,7 @@ from .service import Request, check
 async def check_guardrails(ctx: CallContext, p: CheckGuardrailsParams) -> dict[str, Any]:
     a = p.action
     request = Request(a.description, a.category, a.stakes, a.confidence, a.project, a.context)
-    checked = await check(
-        ctx, request, source="checkGuardrails", category_field="action.category"
-    )
+    checked = await check(ctx, request, source="checkGuardrails", category_field="action.category")
     return checked.wire(ctx.agent)
 
 
@@ -35,20 +36,32 @@ async def list_guardrails(ctx: CallContext, p: ListGuardrailsParams) -> dict[str
 
 
 def register(registry: Registry) -> None:
-    registry.add(Operation(
-        "cstp.checkGuardrails", CheckGuardrailsParams, CheckGuardrailsResult, check_guardrails,
-        "Evaluate an action against the guardrails; the evaluation is stored for audit.",
-        "Check whether the organisation's guardrails allow an action, without announcing it: "
-        "give its description, category, stakes, your confidence and the facts the rules "
-        "read (context, e.g. affects_production, code_review). Answers allowed (false: a "
-        "blocking rule fired, do not proceed), the violations and warnings with suggestions.",
-        errors=(GUARDRAIL_EVAL_FAILED,), tool="check_guardrails",
-    ))
-    registry.add(Operation(
-        "cstp.listGuardrails", ListGuardrailsParams, ListGuardrailsResult, list_guardrails,
-        "The guardrails in force, optionally only those that apply to one project (scope).",
-        "List the guardrail rules in force (optionally those of one project scope): what each "
-        "checks, whether it blocks or warns, and its suggestion. Use it to know the rules "
-        "before planning an action.",
-        writes=False, tool="list_guardrails",
-    ))
+    registry.add(
+        Operation(
+            "cstp.checkGuardrails",
+            CheckGuardrailsParams,
+            CheckGuardrailsResult,
+            check_guardrails,
+            "Evaluate an action against the guardrails; the evaluation is stored for audit.",
+            "Check whether the organisation's guardrails allow an action, without announcing it: "
+            "give its description, category, stakes, your confidence and the facts the rules "
+            "read (context, e.g. affects_production, code_review). Answers allowed (false: a "
+            "blocking rule fired, do not proceed), the violations and warnings with suggestions.",
+            errors=(GUARDRAIL_EVAL_FAILED,),
+            tool="check_guardrails",
+        )
+    )
+    registry.add(
+        Operation(
+            "cstp.listGuardrails",
+            ListGuardrailsParams,
+            ListGuardrailsResult,
+            list_guardrails,
+            "The guardrails in force, optionally only those that apply to one project (scope).",
+            "List the guardrail rules in force (optionally those of one project scope): what each "
+            "checks, whether it blocks or warns, and its suggestion. Use it to know the rules "
+            "before planning an action.",
+            writes=False,
+            tool="list_guardrails",
+        )
+    )

@@ -84,7 +84,9 @@ class Rule:
     def as_dict(self) -> dict[str, Any]:
         """The public description of the rule (the ``cstp.listGuardrails`` item shape)."""
         out: dict[str, Any] = {
-            "id": self.id, "description": self.description, "action": self.action,
+            "id": self.id,
+            "description": self.description,
+            "action": self.action,
             "scope": list(self.scope),
             "conditions": [c.as_dict() for c in self.conditions],
             "requirements": [c.as_dict() for c in self.requirements],
@@ -117,15 +119,18 @@ def load_rules(dirs: Sequence[Path | str]) -> RuleSet:
         if not directory.is_dir():
             raise RuleFileError(directory, None, "not a readable guardrails directory")
         files = sorted(
-            p for p in directory.iterdir()
+            p
+            for p in directory.iterdir()
             if p.suffix in (".yaml", ".yml") and not p.name.startswith(".") and p.is_file()
         )
         for path in files:
             for rule, line in _load_file(path):
                 if rule.id in seen:
                     raise RuleFileError(
-                        path, line, f"duplicate guardrail id '{rule.id}' (first defined at "
-                        f"{seen[rule.id]})")
+                        path,
+                        line,
+                        f"duplicate guardrail id '{rule.id}' (first defined at {seen[rule.id]})",
+                    )
                 seen[rule.id] = f"{path}:{line}"
                 rules.append(rule)
     return RuleSet(rules=tuple(rules), version=rule_set_version(rules))
@@ -148,8 +153,9 @@ class _FileParser:
     def fail(self, node: Node, message: str) -> RuleFileError:
         return RuleFileError(self.path, node.start_mark.line + 1, message)
 
-    def keys(self, node: Node, what: str, allowed: Sequence[str],
-             required: Sequence[str]) -> dict[str, Node]:
+    def keys(
+        self, node: Node, what: str, allowed: Sequence[str], required: Sequence[str]
+    ) -> dict[str, Node]:
         """A mapping with only ``allowed`` and all ``required`` keys, as key -> value node."""
         if not isinstance(node, MappingNode):
             raise self.fail(node, f"{what} must be a mapping")
@@ -158,8 +164,10 @@ class _FileParser:
             if not isinstance(key, ScalarNode) or key.tag != "tag:yaml.org,2002:str":
                 raise self.fail(key, f"keys of {what} must be strings")
             if key.value not in allowed:
-                raise self.fail(key, f"unknown key '{key.value}' in {what} (expected one of "
-                                f"{', '.join(allowed)})")
+                raise self.fail(
+                    key,
+                    f"unknown key '{key.value}' in {what} (expected one of {', '.join(allowed)})",
+                )
             if key.value in out:
                 raise self.fail(key, f"duplicate key '{key.value}' in {what}")
             out[key.value] = value
@@ -215,12 +223,14 @@ class _FileParser:
             id=rule_id,
             description=self.text(keys["description"], "description"),
             action="block" if action == "block" else "warn",
-            scope=tuple(self.text(n, "scope entry")
-                        for n in self.sequence(keys.get("scope"), "scope")),
+            scope=tuple(
+                self.text(n, "scope entry") for n in self.sequence(keys.get("scope"), "scope")
+            ),
             conditions=self.conditions(keys.get("conditions"), "conditions"),
             requirements=self.conditions(keys.get("requirements"), "requirements"),
             message=self.text(keys["message"], "message"),
-            suggestion=None if suggestion is None or _is_null(suggestion)
+            suggestion=None
+            if suggestion is None or _is_null(suggestion)
             else self.text(suggestion, "suggestion"),
             source=str(self.path),
         )
@@ -238,8 +248,9 @@ class _FileParser:
         op_node = keys.get("operator") or keys["op"]
         op = self.scalar(op_node, "operator")
         if not isinstance(op, str) or op not in OPERATORS:
-            raise self.fail(op_node, f"unknown operator '{op}' (expected one of "
-                            f"{', '.join(OPERATORS)})")
+            raise self.fail(
+                op_node, f"unknown operator '{op}' (expected one of {', '.join(OPERATORS)})"
+            )
         value_node = keys["value"]
         if op in LIST_OPERATORS:
             if not isinstance(value_node, SequenceNode):
@@ -270,8 +281,9 @@ def _load_file(path: Path) -> list[tuple[Rule, int]]:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or "syntax error"
-        raise RuleFileError(path, mark.line + 1 if mark else None,
-                            f"YAML syntax error: {problem}") from None
+        raise RuleFileError(
+            path, mark.line + 1 if mark else None, f"YAML syntax error: {problem}"
+        ) from None
     except yaml.YAMLError as exc:
         raise RuleFileError(path, None, f"YAML syntax error: {exc}") from None
     return _FileParser(path).rules(root)

@@ -37,8 +37,10 @@ def facts_of(request: Request) -> dict[str, Any]:
     """Context keys first, then the core fields, which context can never override."""
     facts = {k: v for k, v in request.context.items() if k not in CORE_FIELDS}
     facts.update(
-        description=request.description, category=request.category,
-        stakes=request.stakes, confidence=request.confidence,
+        description=request.description,
+        category=request.category,
+        stakes=request.stakes,
+        confidence=request.confidence,
     )
     if request.project is not None:
         facts["project"] = request.project
@@ -93,23 +95,39 @@ def evaluate_request(
     facts = facts_of(request)
     evaluation = evaluate(ctx.services.rules, facts, scope_of(request))
     if evaluation.failed:
-        raise CstpError(GUARDRAIL_EVAL_FAILED, "Guardrail evaluation failed: no rule could be "
-                       "evaluated for this request")
+        raise CstpError(
+            GUARDRAIL_EVAL_FAILED,
+            "Guardrail evaluation failed: no rule could be evaluated for this request",
+        )
     now = ctx.services.runtime.now()
     evaluation_id = ctx.services.runtime.uuid()
     row = {
-        "id": evaluation_id, "agent": ctx.agent, "source": source, "evaluated_at": now,
-        "description": request.description, "category": request.category,
-        "stakes": request.stakes, "confidence": request.confidence,
-        "project": scope_of(request), "facts": _jsonable(facts),
-        "allowed": evaluation.allowed, "evaluated": evaluation.evaluated,
-        "violations": len(evaluation.violations), "warnings": len(evaluation.warnings),
+        "id": evaluation_id,
+        "agent": ctx.agent,
+        "source": source,
+        "evaluated_at": now,
+        "description": request.description,
+        "category": request.category,
+        "stakes": request.stakes,
+        "confidence": request.confidence,
+        "project": scope_of(request),
+        "facts": _jsonable(facts),
+        "allowed": evaluation.allowed,
+        "evaluated": evaluation.evaluated,
+        "violations": len(evaluation.violations),
+        "warnings": len(evaluation.warnings),
         "rule_set_version": evaluation.version,
     }
     messages = {r.guardrail_id: r.message for r in (*evaluation.violations, *evaluation.warnings)}
     rule_rows = [
-        {"evaluation_id": evaluation_id, "guardrail_id": c.guardrail_id, "severity": c.severity,
-         "fired": c.fired, "message": messages.get(c.guardrail_id), "error": c.error}
+        {
+            "evaluation_id": evaluation_id,
+            "guardrail_id": c.guardrail_id,
+            "severity": c.severity,
+            "fired": c.fired,
+            "message": messages.get(c.guardrail_id),
+            "error": c.error,
+        }
         for c in evaluation.results
     ]
     return Staged(Checked(evaluation, evaluation_id, iso(now)), row, rule_rows)

@@ -10,16 +10,22 @@ from .service import announce, record_failure
 
 
 def register(registry: Registry) -> None:
-    registry.add(Operation(
-        "cstp.announceIntent", AnnounceIntentParams, AnnounceIntentResult, announce,
-        "Announce what the agent intends to do: similar past decisions and how they turned "
-        "out, the guardrails' verdict and suggestions. Stored for audit, however it ends.",
-        "Call this BEFORE acting on anything that matters (deploying, changing data, picking "
-        "an architecture): describe what you intend to do and why. Answers the most similar "
-        "past decisions and how they turned out, whether the organisation's guardrails allow "
-        "the action (allowed false means do not proceed), and concrete suggestions. Pass a "
-        "correlationId of your own (or keep the one returned) and give it to record_decision "
-        "once you have decided.",
-        on_failure=record_failure, errors=(QUERY_FAILED, GUARDRAIL_EVAL_FAILED, CONFLICT),
-        tool="announce_intent",
-    ))
+    registry.add(
+        Operation(
+            "cstp.announceIntent",
+            AnnounceIntentParams,
+            AnnounceIntentResult,
+            announce,
+            "Announce what the agent intends to do: similar past decisions and how they turned "
+            "out, the guardrails' verdict and suggestions. Stored for audit, however it ends.",
+            "Call this BEFORE acting on anything that matters (deploying, changing data, picking "
+            "an architecture): describe what you intend to do and why. Answers the most similar "
+            "past decisions and how they turned out, whether the organisation's guardrails allow "
+            "the action (allowed false means do not proceed), and concrete suggestions. Pass a "
+            "correlationId of your own (or keep the one returned) and give it to record_decision "
+            "once you have decided.",
+            on_failure=record_failure,
+            errors=(QUERY_FAILED, GUARDRAIL_EVAL_FAILED, CONFLICT),
+            tool="announce_intent",
+        )
+    )

@@ -7,7 +7,14 @@ from typing import Annotated, Any
 from msgspec import Meta
 
 from app.decisions.schemas import (
-    CorrelationId, NonBlank, Outcome, ShortText, Stakes, Status, Struct, Unit,
+    CorrelationId,
+    NonBlank,
+    Outcome,
+    ShortText,
+    Stakes,
+    Status,
+    Struct,
+    Unit,
 )
 from app.guardrails.schemas import GuardrailHit
 

@@ -34,8 +34,13 @@ _encoder = msgspec.json.Encoder()
 def request_hash(p: AnnounceIntentParams) -> str:
     """What makes two announcements "the same intent" for safe retries."""
     material = {
-        "intent": p.intent, "context": p.context, "category": p.category, "stakes": p.stakes,
-        "confidence": p.confidence, "metadata": p.metadata, "project": p.project,
+        "intent": p.intent,
+        "context": p.context,
+        "category": p.category,
+        "stakes": p.stakes,
+        "confidence": p.confidence,
+        "metadata": p.metadata,
+        "project": p.project,
     }
     blob = json.dumps(material, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
@@ -67,18 +72,26 @@ def similar_item(found: Found) -> dict[str, Any]:
 
 # Built once: building a statement costs more than running this one (an indexed lookup).
 _STORED = select(
-    Intent.id, Intent.correlation_id, Intent.request_hash, Intent.response,
-    Intent.similar_found, Intent.allowed,
-).where(Intent.agent == bindparam("agent"), Intent.correlation_id == bindparam("cid"),
-        Intent.outcome == "ok")
+    Intent.id,
+    Intent.correlation_id,
+    Intent.request_hash,
+    Intent.response,
+    Intent.similar_found,
+    Intent.allowed,
+).where(
+    Intent.agent == bindparam("agent"),
+    Intent.correlation_id == bindparam("cid"),
+    Intent.outcome == "ok",
+)
 
 
 def _read_stored(conn: Connection, *, agent: str, correlation_id: str) -> Row[Any] | None:
     return conn.execute(_STORED, {"agent": agent, "cid": correlation_id}).first()
 
 
-async def _stored(ctx: CallContext, correlation_id: str, *, in_call: bool = True
-                  ) -> Row[Any] | None:
+async def _stored(
+    ctx: CallContext, correlation_id: str, *, in_call: bool = True
+) -> Row[Any] | None:
     """This agent's successful announcement with ``correlation_id``, if any (one indexed read).
 
     Read by ``Database.read``: on SQLite on a read connection, so announceIntent does not take
@@ -93,7 +106,8 @@ async def _stored(ctx: CallContext, correlation_id: str, *, in_call: bool = True
 def _replay(stored: Row[Any], fingerprint: str) -> msgspec.Raw:
     if stored.request_hash != fingerprint or stored.response is None:
         raise CstpError(
-            CONFLICT, "Conflict: this correlationId was already used for a different intent",
+            CONFLICT,
+            "Conflict: this correlationId was already used for a different intent",
             {"correlationId": stored.correlation_id},
         )
     return msgspec.Raw(stored.response.encode())
@@ -109,8 +123,7 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
             return _replay(stored, fingerprint)
     received_at = runtime.now()
     query = f"{p.intent} {p.context or ''}".strip()
-    found = await search(ctx, query, SearchFilters(category=p.category), SIMILAR_LIMIT,
-                         tags=False)
+    found = await search(ctx, query, SearchFilters(category=p.category), SIMILAR_LIMIT, tags=False)
     checked = await check(
         ctx,
         Request(p.intent, p.category, p.stakes, p.confidence, p.project, p.metadata),
@@ -137,14 +150,24 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
     encoded = _encoder.encode(response)
     intent_id = runtime.uuid()
     row = {
-        "id": intent_id, "correlation_id": correlation_id, "agent": ctx.agent,
-        "received_at": received_at, "outcome": "ok", "intent": p.intent, "context": p.context,
-        "category": p.category, "stakes": p.stakes, "confidence": p.confidence,
+        "id": intent_id,
+        "correlation_id": correlation_id,
+        "agent": ctx.agent,
+        "received_at": received_at,
+        "outcome": "ok",
+        "intent": p.intent,
+        "context": p.context,
+        "category": p.category,
+        "stakes": p.stakes,
+        "confidence": p.confidence,
         "metadata": p.metadata,
         "claimed_agent": msgspec.to_builtins(p.agent) if p.agent else None,
-        "request_hash": fingerprint, "allowed": ev.allowed,
-        "evaluation_id": checked.evaluation_id, "similar_found": len(found),
-        "response": encoded.decode(), "error_code": None,
+        "request_hash": fingerprint,
+        "allowed": ev.allowed,
+        "evaluation_id": checked.evaluation_id,
+        "similar_found": len(found),
+        "response": encoded.decode(),
+        "error_code": None,
     }
     if p.correlation_id is None:
         # A correlation id of our own making is fresh: no retry can race for it.
@@ -160,11 +183,19 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
                 raise
             return _replay(stored, fingerprint)
     if found:
-        await ctx.session.execute(insert(IntentMatch.__table__), [
-            {"intent_id": intent_id, "decision_id": f.decision.id, "rank": rank,
-             "distance": f.distance, "outcome": f.decision.outcome}
-            for rank, f in enumerate(found, start=1)
-        ])
+        await ctx.session.execute(
+            insert(IntentMatch.__table__),
+            [
+                {
+                    "intent_id": intent_id,
+                    "decision_id": f.decision.id,
+                    "rank": rank,
+                    "distance": f.distance,
+                    "outcome": f.decision.outcome,
+                }
+                for rank, f in enumerate(found, start=1)
+            ],
+        )
     return msgspec.Raw(encoded)
 
 
@@ -185,9 +216,12 @@ async def record_failure(ctx: CallContext, raw: dict[str, Any], error: CstpError
         Intent(
             id=ctx.services.runtime.uuid(),
             correlation_id=correlation[:128] if isinstance(correlation, str) else "",
-            agent=ctx.agent, received_at=ctx.services.runtime.now(),
+            agent=ctx.agent,
+            received_at=ctx.services.runtime.now(),
             outcome="rate_limited" if error.code == -32002 else "failed",
-            error_code=error.code, intent=text("intent"), context=text("context"),
+            error_code=error.code,
+            intent=text("intent"),
+            context=text("context"),
             category=(text("category") or "")[:64] or None,
             stakes=(text("stakes") or "")[:16] or None,
             confidence=float(confidence)

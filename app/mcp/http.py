@@ -68,16 +68,20 @@ def build_mcp_mount(
 ) -> tuple[Any, Any]:
     """The ``/mcp`` route handler and the lifespan that runs the SDK's session manager."""
 
-    async def call(operation: Operation, arguments: dict[str, Any],
-                   ctx: ServerRequestContext) -> Any:
+    async def call(
+        operation: Operation, arguments: dict[str, Any], ctx: ServerRequestContext
+    ) -> Any:
         agent = ctx.request.scope.get(AGENT_KEY) if ctx.request is not None else None
         if not isinstance(agent, str):
             raise internal_error()  # the gate always sets it; never run a call without one
         return await runner.run(operation, arguments, agent, face="mcp")
 
     manager = StreamableHTTPSessionManager(
-        app=build_server(registry, call), stateless=True, json_response=True,
-        security_settings=security(settings), max_request_body_size=settings.max_body_bytes,
+        app=build_server(registry, call),
+        stateless=True,
+        json_response=True,
+        security_settings=security(settings),
+        max_request_body_size=settings.max_body_bytes,
     )
 
     @asgi("/mcp", is_mount=True, copy_scope=True)
@@ -113,11 +117,15 @@ def _header(scope: Scope, name: bytes) -> str | None:
 async def _unauthorized(send: Send, reason: str) -> None:
     """The same answer as ``/cstp`` gives: 401, ``WWW-Authenticate: Bearer``, a JSON body."""
     body = UNAUTHORIZED % reason.encode()
-    await send({
-        "type": "http.response.start", "status": 401,
-        "headers": [(b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"www-authenticate", b'Bearer realm="cstp"')],
-    })
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 401,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"www-authenticate", b'Bearer realm="cstp"'),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
-

@@ -42,8 +42,11 @@ class Forwarder:
         except httpx.HTTPError:
             raise self._unreachable() from None
         if response.status_code == 401:
-            raise CstpError(UNAVAILABLE, "Unavailable: the CSTP server refused CSTP_TOKEN",
-                            {"retryAfterMs": RETRY_MS})
+            raise CstpError(
+                UNAVAILABLE,
+                "Unavailable: the CSTP server refused CSTP_TOKEN",
+                {"retryAfterMs": RETRY_MS},
+            )
         if response.status_code != 200:
             raise self._unreachable(f"answered HTTP {response.status_code}")
         try:
@@ -52,15 +55,19 @@ class Forwarder:
             raise self._unreachable("did not answer JSON") from None
         if isinstance(answer, dict) and isinstance(answer.get("error"), dict):
             error = answer["error"]
-            raise CstpError(int(error.get("code", -32603)), str(error.get("message", "")),
-                            error.get("data"))
+            raise CstpError(
+                int(error.get("code", -32603)), str(error.get("message", "")), error.get("data")
+            )
         if not isinstance(answer, dict) or "result" not in answer:
             raise self._unreachable("did not answer a JSON-RPC response")
         return answer["result"]
 
     def _unreachable(self, how: str = "is unreachable") -> CstpError:
-        return CstpError(UNAVAILABLE, f"Unavailable: the CSTP server at {self.endpoint} {how}",
-                         {"retryAfterMs": RETRY_MS})
+        return CstpError(
+            UNAVAILABLE,
+            f"Unavailable: the CSTP server at {self.endpoint} {how}",
+            {"retryAfterMs": RETRY_MS},
+        )
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -69,8 +76,9 @@ class Forwarder:
 async def serve(endpoint: str, token: str) -> None:
     forwarder = Forwarder(endpoint, token)
 
-    async def call(operation: Operation, arguments: dict[str, Any],
-                   ctx: ServerRequestContext) -> Any:
+    async def call(
+        operation: Operation, arguments: dict[str, Any], ctx: ServerRequestContext
+    ) -> Any:
         return await forwarder.call(operation.name, arguments)
 
     server = build_server(build_registry(), call)

@@ -43,12 +43,14 @@ def tool_list(registry: Registry) -> list[types.Tool]:
     tools = []
     for op, (params, result) in zip(operations, pairs, strict=True):
         assert op.tool is not None
-        tools.append(types.Tool(
-            name=op.tool,
-            description=op.description or op.summary,
-            input_schema=_standalone(resolved(params, components), components),
-            output_schema=_standalone(resolved(result, components), components),
-        ))
+        tools.append(
+            types.Tool(
+                name=op.tool,
+                description=op.description or op.summary,
+                input_schema=_standalone(resolved(params, components), components),
+                output_schema=_standalone(resolved(result, components), components),
+            )
+        )
     return tools
 
 
@@ -91,8 +93,11 @@ def build_server(registry: Registry, call: Call) -> Server:
         )
 
     return Server(
-        "cstp", version=__version__, instructions=INSTRUCTIONS,
-        on_list_tools=list_tools, on_call_tool=call_tool,
+        "cstp",
+        version=__version__,
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
     )
 
 
@@ -103,7 +108,8 @@ def tool_error(error: CstpError) -> types.CallToolResult:
     if error.data is not None:
         body["data"] = error.data
     return types.CallToolResult(
-        is_error=True, content=[types.TextContent(text=error_line(error))],
+        is_error=True,
+        content=[types.TextContent(text=error_line(error))],
         structured_content={"error": body},
     )
 

@@ -113,8 +113,11 @@ class RedisRateLimiter:
         except self._errors as exc:
             if not self._down:
                 self._down = True
-                log.error("the rate-limit store (Redis) is unreachable: %s; calls are refused "
-                          "with -32006 until it answers again", type(exc).__name__)
+                log.error(
+                    "the rate-limit store (Redis) is unreachable: %s; calls are refused "
+                    "with -32006 until it answers again",
+                    type(exc).__name__,
+                )
             raise unavailable("the rate-limit store", OUTAGE_RETRY_MS) from None
         if self._down:
             self._down = False

@@ -32,7 +32,12 @@ class Runner:
         self.services = services
 
     async def run(
-        self, operation: Operation, raw_params: Any, agent: str, *, face: str = "jsonrpc",
+        self,
+        operation: Operation,
+        raw_params: Any,
+        agent: str,
+        *,
+        face: str = "jsonrpc",
         request_id: Any = None,
     ) -> Any:
         """The operation's result, or a ``CstpError`` to render (a bug becomes -32603)."""

@@ -19,8 +19,10 @@ def why(event: OutboxEvent) -> str:
         if event.failure_kind == PERMANENT:
             return f"dead: can never succeed as it is: {error}"
         if event.failure_kind == UNKNOWN:
-            return (f"dead: failed {event.unknown_failures} time(s) in an unforeseen way "
-                    f"(CSTP_OUTBOX_MAX_ATTEMPTS): {error}")
+            return (
+                f"dead: failed {event.unknown_failures} time(s) in an unforeseen way "
+                f"(CSTP_OUTBOX_MAX_ATTEMPTS): {error}"
+            )
         return f"dead: {error}"
     if event.failure_kind == TRANSIENT:
         return f"waiting for a dependency, retried until it works: {error}"
@@ -50,5 +52,6 @@ async def describe(services: Any, limit: int = 50) -> list[str]:
     if counts["dead"]:
         lines.append(
             "dead events are never retried by themselves: fix what the reason names (see "
-            "docs/OPERATIONS.md, \"Outbox\"), then `cstp outbox retry` re-queues them")
+            'docs/OPERATIONS.md, "Outbox"), then `cstp outbox retry` re-queues them'
+        )
     return lines

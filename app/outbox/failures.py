@@ -64,8 +64,15 @@ def _describe(exc: BaseException) -> str:
 def _database_unreachable(exc: BaseException) -> bool:
     """The database could not be used just now (connection refused or lost, locked, pool
     exhausted), as opposed to refusing what was asked of it."""
-    if isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError,
-                        sa_exc.DisconnectionError, sa_exc.TimeoutError)):
+    if isinstance(
+        exc,
+        (
+            sa_exc.OperationalError,
+            sa_exc.InterfaceError,
+            sa_exc.DisconnectionError,
+            sa_exc.TimeoutError,
+        ),
+    ):
         return True
     return isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated
 
@@ -106,11 +113,11 @@ class Next:
     available_at: datetime
 
 
-def after_failure(failure: Failure, attempts: int, unknown_failures: int,
-                  max_attempts: int, now: datetime) -> Next:
+def after_failure(
+    failure: Failure, attempts: int, unknown_failures: int, max_attempts: int, now: datetime
+) -> Next:
     """The event's next state after ``failure``, given its counters before this try."""
     tries = attempts + 1
     unknown = unknown_failures + (failure.kind == UNKNOWN)
     dead = failure.kind == PERMANENT or (failure.kind == UNKNOWN and unknown >= max_attempts)
     return Next("dead" if dead else "pending", tries, unknown, now + backoff(tries))
-

@@ -42,8 +42,9 @@ def _logged(failure: Failure, what: str, exc: BaseException) -> Failure:
     """Log a failure: the traceback only for an unforeseen one (a permanent one's reason is
     the whole story, and a RecursionError's traceback is a thousand lines)."""
     if failure.kind == UNKNOWN:
-        log.error("%s failed: %s", what, failure.error,
-                  exc_info=(type(exc), exc, exc.__traceback__))
+        log.error(
+            "%s failed: %s", what, failure.error, exc_info=(type(exc), exc, exc.__traceback__)
+        )
     else:
         log.warning("%s failed (%s): %s", what, failure.kind, failure.error)
     return failure
@@ -111,8 +112,9 @@ async def _index_all(relay: Relay, work: list[tuple[int, Decision]]) -> Results:
         try:
             entries[event_id] = index_entry(decision)
         except Exception as exc:
-            results[event_id] = _logged(classify(exc, building="the index entry"),
-                                        f"indexing of {decision.id}", exc)
+            results[event_id] = _logged(
+                classify(exc, building="the index entry"), f"indexing of {decision.id}", exc
+            )
     if entries:
         try:
             await relay.index.upsert(list(entries.values()))

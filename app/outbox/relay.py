@@ -71,7 +71,11 @@ class Relay:
         self._back: set[str] = set()
 
     def enqueue(
-        self, session: AsyncSession, decision_id: str, kinds: Sequence[str] = KINDS, *,
+        self,
+        session: AsyncSession,
+        decision_id: str,
+        kinds: Sequence[str] = KINDS,
+        *,
         leased: bool = True,
     ) -> list[OutboxEvent]:
         """Add events for ``decision_id``, leased to this process for the inline pass, or
@@ -79,8 +83,13 @@ class Relay:
         now = self.runtime.now()
         events = [
             OutboxEvent(
-                kind=kind, decision_id=decision_id, status="pending", attempts=0,
-                unknown_failures=0, created_at=now, available_at=now + LEASE if leased else now,
+                kind=kind,
+                decision_id=decision_id,
+                status="pending",
+                attempts=0,
+                unknown_failures=0,
+                created_at=now,
+                available_at=now + LEASE if leased else now,
             )
             for kind in kinds
         ]
@@ -97,8 +106,9 @@ class Relay:
         nearly (a pass held up by a stalled index or a busy machine), is taken back first
         (``_retake``) and left alone when another relay claimed it meanwhile."""
         events = await self._retake(events)
-        work = [Work(e.id, e.kind, e.decision_id, e.attempts, e.unknown_failures or 0)
-                for e in events]
+        work = [
+            Work(e.id, e.kind, e.decision_id, e.attempts, e.unknown_failures or 0) for e in events
+        ]
         results = await run_events(self, work, {d.id: d for d in decisions})
         self._note(work, results)
         self._settle_later(work, results)
@@ -109,8 +119,11 @@ class Relay:
         its kind (or for the first time in this process) gets its waiting events made due at
         once by the next pass (``_revive``), which is started now; they need not wait out
         their backoff."""
-        failed = {w.kind for w in work
-                  if (f := results.get(w.id, NOT_RUN)) is not None and f.kind == TRANSIENT}
+        failed = {
+            w.kind
+            for w in work
+            if (f := results.get(w.id, NOT_RUN)) is not None and f.kind == TRANSIENT
+        }
         worked = {w.kind for w in work if results.get(w.id, NOT_RUN) is None}
         back = (worked - failed) & self._down
         self._down = (self._down - back) | failed
@@ -131,9 +144,12 @@ class Relay:
             async with self.db.transaction(write=True) as session:
                 result = await session.execute(
                     update(OutboxEvent)
-                    .where(OutboxEvent.status == "pending", OutboxEvent.kind.in_(kinds),
-                           OutboxEvent.failure_kind == TRANSIENT,
-                           OutboxEvent.available_at > now)
+                    .where(
+                        OutboxEvent.status == "pending",
+                        OutboxEvent.kind.in_(kinds),
+                        OutboxEvent.failure_kind == TRANSIENT,
+                        OutboxEvent.available_at > now,
+                    )
                     .values(available_at=now)
                 )
         except BaseException:
@@ -141,8 +157,11 @@ class Relay:
             raise
         revived = int(result.rowcount or 0)  # type: ignore[attr-defined]
         if revived:
-            log.info("%s works again: %d waiting outbox event(s) are due now",
-                     " and ".join(kinds), revived)
+            log.info(
+                "%s works again: %d waiting outbox event(s) are due now",
+                " and ".join(kinds),
+                revived,
+            )
 
     async def _retake(self, events: Sequence[OutboxEvent]) -> list[OutboxEvent]:
         """The events still ours: those with at least half their lease left as they are, the
@@ -157,8 +176,11 @@ class Relay:
             for event in late:
                 renewed = await session.execute(
                     update(OutboxEvent)
-                    .where(OutboxEvent.id == event.id, OutboxEvent.status == "pending",
-                           OutboxEvent.available_at == event.available_at)
+                    .where(
+                        OutboxEvent.id == event.id,
+                        OutboxEvent.status == "pending",
+                        OutboxEvent.available_at == event.available_at,
+                    )
                     .values(available_at=now + LEASE)
                 )
                 if renewed.rowcount != 1:  # type: ignore[attr-defined]
@@ -167,8 +189,10 @@ class Relay:
             if event.id not in lost:
                 event.available_at = now + LEASE
         if lost:
-            log.warning("%d outbox event(s) left to the relay that claimed them when their "
-                        "lease ran out", len(lost))
+            log.warning(
+                "%d outbox event(s) left to the relay that claimed them when their lease ran out",
+                len(lost),
+            )
         return [e for e in events if e.id not in lost]
 
     def _settle_later(self, events: list[Work], results: Results) -> None:
@@ -257,8 +281,12 @@ class Relay:
             try:
                 stats = await self.run_due()
                 if stats.done or stats.failed:
-                    log.info("outbox pass: %d done, %d failed, %d dead",
-                             stats.done, stats.failed, stats.dead)
+                    log.info(
+                        "outbox pass: %d done, %d failed, %d dead",
+                        stats.done,
+                        stats.failed,
+                        stats.dead,
+                    )
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -274,8 +302,13 @@ class Relay:
         horizon = max(now, leased_until) if leased_until is not None else now
         async with self.db.transaction(write=True) as session:
             query = (
-                select(OutboxEvent.id, OutboxEvent.kind, OutboxEvent.decision_id,
-                       OutboxEvent.attempts, OutboxEvent.unknown_failures)
+                select(
+                    OutboxEvent.id,
+                    OutboxEvent.kind,
+                    OutboxEvent.decision_id,
+                    OutboxEvent.attempts,
+                    OutboxEvent.unknown_failures,
+                )
                 .where(OutboxEvent.status == "pending", OutboxEvent.available_at <= horizon)
                 .order_by(OutboxEvent.id)
                 .limit(limit)
@@ -305,8 +338,13 @@ class Relay:
                 stats.done_ids.append(event.id)
             else:
                 stats.failed += 1
-                after = after_failure(failure, event.attempts, event.unknown_failures,
-                                      self.settings.outbox_max_attempts, now)
+                after = after_failure(
+                    failure,
+                    event.attempts,
+                    event.unknown_failures,
+                    self.settings.outbox_max_attempts,
+                    now,
+                )
                 stats.dead += after.status == "dead"
         return stats
 
@@ -331,18 +369,31 @@ class Relay:
             failure = results.get(event.id, NOT_RUN)
             if failure is None:
                 continue
-            after = after_failure(failure, event.attempts, event.unknown_failures,
-                                  self.settings.outbox_max_attempts, now)
+            after = after_failure(
+                failure,
+                event.attempts,
+                event.unknown_failures,
+                self.settings.outbox_max_attempts,
+                now,
+            )
             if after.status == "dead":
-                log.error("outbox event #%d (%s of decision %s) is dead: %s", event.id,
-                          event.kind, event.decision_id, failure.error)
+                log.error(
+                    "outbox event #%d (%s of decision %s) is dead: %s",
+                    event.id,
+                    event.kind,
+                    event.decision_id,
+                    failure.error,
+                )
             await session.execute(
                 update(OutboxEvent)
                 .where(OutboxEvent.id == event.id, OutboxEvent.status == "pending")
                 .values(
-                    attempts=after.attempts, unknown_failures=after.unknown_failures,
-                    last_error=failure.error[:2000], failure_kind=failure.kind,
-                    status=after.status, available_at=after.available_at,
+                    attempts=after.attempts,
+                    unknown_failures=after.unknown_failures,
+                    last_error=failure.error[:2000],
+                    failure_kind=failure.kind,
+                    status=after.status,
+                    available_at=after.available_at,
                 )
             )
 
@@ -355,8 +406,9 @@ class Relay:
         async with self.db.transaction(write=False) as session:
             for start in range(0, len(decision_ids), 500):
                 rows = await session.execute(
-                    select(OutboxEvent.status, OutboxEvent.attempts, OutboxEvent.available_at)
-                    .where(OutboxEvent.decision_id.in_(decision_ids[start:start + 500]))
+                    select(
+                        OutboxEvent.status, OutboxEvent.attempts, OutboxEvent.available_at
+                    ).where(OutboxEvent.decision_id.in_(decision_ids[start : start + 500]))
                 )
                 for status, attempts, available_at in rows.all():
                     if status == "done":
@@ -373,8 +425,11 @@ class Relay:
                 select(OutboxEvent.status, func.count()).group_by(OutboxEvent.status)
             )
             counts = {status: n for status, n in rows.all()}
-        return {"pending": counts.get("pending", 0), "dead": counts.get("dead", 0),
-                "done": counts.get("done", 0)}
+        return {
+            "pending": counts.get("pending", 0),
+            "dead": counts.get("dead", 0),
+            "done": counts.get("done", 0),
+        }
 
     async def retry_dead(self) -> int:
         """Re-queue dead events (``cstp outbox retry``)."""
@@ -383,8 +438,13 @@ class Relay:
             result = await session.execute(
                 update(OutboxEvent)
                 .where(OutboxEvent.status == "dead")
-                .values(status="pending", attempts=0, unknown_failures=0, failure_kind=None,
-                        available_at=now)
+                .values(
+                    status="pending",
+                    attempts=0,
+                    unknown_failures=0,
+                    failure_kind=None,
+                    available_at=now,
+                )
             )
         self.wakeup.set()
         return int(result.rowcount or 0)  # type: ignore[attr-defined]

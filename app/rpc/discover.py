@@ -80,9 +80,14 @@ def register(registry: Registry) -> None:
     async def discover(ctx: CallContext, params: DiscoverParams) -> dict[str, Any]:
         return document()
 
-    registry.add(Operation(
-        "rpc.discover", DiscoverParams, dict[str, Any], discover,
-        "This document: every method with the JSON Schema of its params and result, and the "
-        "errors it can answer (OpenRPC 1.x).",
-        writes=False,
-    ))
+    registry.add(
+        Operation(
+            "rpc.discover",
+            DiscoverParams,
+            dict[str, Any],
+            discover,
+            "This document: every method with the JSON Schema of its params and result, and the "
+            "errors it can answer (OpenRPC 1.x).",
+            writes=False,
+        )
+    )

@@ -17,7 +17,12 @@ from app.operations.registry import Registry
 from app.operations.runner import Runner, log_call
 
 from .errors import (
-    INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, envelope_error, method_not_found, to_wire,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    envelope_error,
+    method_not_found,
+    to_wire,
 )
 
 if TYPE_CHECKING:
@@ -36,12 +41,18 @@ def _keep_float_ids(body: bytes, payload: Any) -> None:
     """Put back a float id as the client wrote it (``1E2``, ``1.50``): decoded, it would be
     encoded again as ``100.0``. Rare, so only then is the body read a second time."""
     items = payload if isinstance(payload, list) else [payload]
-    floats = [i for i, item in enumerate(items)
-              if isinstance(item, dict) and isinstance(item.get("id"), float)]
+    floats = [
+        i
+        for i, item in enumerate(items)
+        if isinstance(item, dict) and isinstance(item.get("id"), float)
+    ]
     if not floats:
         return
-    raws = msgspec.json.decode(body, type=list[msgspec.Raw]) if isinstance(payload, list) \
+    raws = (
+        msgspec.json.decode(body, type=list[msgspec.Raw])
+        if isinstance(payload, list)
         else [msgspec.Raw(body)]
+    )
     for i in floats:
         items[i]["id"] = msgspec.json.decode(raws[i], type=dict[str, msgspec.Raw])["id"]
 
@@ -99,8 +110,7 @@ class Dispatcher:
             log_call(agent, name, log_id, str(METHOD_NOT_FOUND), time.perf_counter(), "jsonrpc")
             return None if is_notification else _error(rid, method_not_found(name))
         try:
-            result = await self.runner.run(operation, item.get("params"), agent,
-                                           request_id=log_id)
+            result = await self.runner.run(operation, item.get("params"), agent, request_id=log_id)
         except CstpError as exc:
             return None if is_notification else _error(rid, exc)
         return None if is_notification else {"jsonrpc": "2.0", "result": result, "id": rid}

@@ -14,7 +14,9 @@ JSON = "application/json"
 def unauthorized(reason: str) -> Response[bytes]:
     body = b'{"error":"unauthorized","message":"' + reason.encode() + b'"}'
     return Response(
-        body, status_code=401, media_type=JSON,
+        body,
+        status_code=401,
+        media_type=JSON,
         headers={"WWW-Authenticate": 'Bearer realm="cstp"'},
     )
 

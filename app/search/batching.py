@@ -45,11 +45,16 @@ class WriteBatcher:
     """Coalesces the writes of one index. ``write`` stores one flush and returns how many
     entries it wrote; ``vectors_for`` is what it calls (in a worker thread) for the vectors."""
 
-    def __init__(self, embedder: Embedder, write: Callable[[list[IndexEntry]], Awaitable[int]],
-                 stats: IndexStats) -> None:
+    def __init__(
+        self,
+        embedder: Embedder,
+        write: Callable[[list[IndexEntry]], Awaitable[int]],
+        stats: IndexStats,
+    ) -> None:
         # Off the callers' path: the throughput-tuned method where the embedder has one.
         self._embed_many: Callable[[Sequence[str]], list[list[float]]] = getattr(
-            embedder, "embed_many", embedder.embed)
+            embedder, "embed_many", embedder.embed
+        )
         self._write = write
         self._stats = stats
         self._pending: deque[_Pending] = deque()

@@ -73,8 +73,12 @@ def embedded_connector(path: Path) -> Callable[[], ClientAPI]:
     return connect
 
 
-def http_connector(url: str, *, connect_timeout: float = CONNECT_TIMEOUT_S,
-                   request_timeout: float = REQUEST_TIMEOUT_S) -> Callable[[], ClientAPI]:
+def http_connector(
+    url: str,
+    *,
+    connect_timeout: float = CONNECT_TIMEOUT_S,
+    request_timeout: float = REQUEST_TIMEOUT_S,
+) -> Callable[[], ClientAPI]:
     """Builds a client of the server at ``url``: heartbeat first, then finite timeouts.
 
     chromadb's constructor sends its requests with no timeout, so it runs in a daemon thread
@@ -142,8 +146,15 @@ class ChromaCollection:
     """One collection by name, connected lazily and dropped after a failure; the blocking
     methods run in worker threads and are safe to call from several at once."""
 
-    def __init__(self, connect: Callable[[], ClientAPI], name: str, *, remote: bool,
-                 embedder: Embedder, stats: IndexStats) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], ClientAPI],
+        name: str,
+        *,
+        remote: bool,
+        embedder: Embedder,
+        stats: IndexStats,
+    ) -> None:
         """``connect`` builds a client and may raise; ``embedder`` is recorded on the
         collection (which model made its vectors); ``stats.connects`` counts connections."""
         self.connect = connect
@@ -192,10 +203,10 @@ class ChromaCollection:
                         self._stats.connects += 1
                     collection = self._client.get_or_create_collection(
                         self._name,
-                        configuration={"hnsw": {"space": "cosine",
-                                                "sync_threshold": SYNC_THRESHOLD}},
-                        metadata={"embedder": str(getattr(self._embedder, "model_id",
-                                                          "unknown"))},
+                        configuration={
+                            "hnsw": {"space": "cosine", "sync_threshold": SYNC_THRESHOLD}
+                        },
+                        metadata={"embedder": str(getattr(self._embedder, "model_id", "unknown"))},
                         embedding_function=None,
                     )
                     self._collection = _tuned(self._client, collection)
@@ -253,8 +264,12 @@ class ChromaCollection:
                 logger.debug("closing the Chroma client failed", exc_info=True)
 
 
-def replace(collection: Collection, ids: list[str], vectors: list[list[float]],
-            metadatas: list[dict[str, Any]]) -> None:
+def replace(
+    collection: Collection,
+    ids: list[str],
+    vectors: list[list[float]],
+    metadatas: list[dict[str, Any]],
+) -> None:
     """Upsert so that the new metadata *replaces* the old (Chroma's upsert merges).
 
     No document text is stored: SQL holds it, searches never read it back, and Chroma's

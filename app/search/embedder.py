@@ -133,7 +133,8 @@ class OnnxMiniLMEmbedder:
             if bulk_threads != intra_op_threads:
                 options.intra_op_num_threads = bulk_threads
                 self._bulk_session = ort.InferenceSession(
-                    str(model_path), options, ["CPUExecutionProvider"])
+                    str(model_path), options, ["CPUExecutionProvider"]
+                )
         except Exception as exc:  # onnxruntime raises its own non-exported exception types
             raise EmbedderError(f"cannot load ONNX model {model_path}: {exc}") from exc
 
@@ -245,6 +246,10 @@ def load_default_embedder(
         tokenizer_path, default_tokenizer_path, expected_tokenizer_sha256, TOKENIZER_SHA256
     )
     return OnnxMiniLMEmbedder(
-        model, tokenizer, model_sha256=model_hash, tokenizer_sha256=tokenizer_hash,
-        model_id=model_id, intra_op_threads=intra_op_threads,
+        model,
+        tokenizer,
+        model_sha256=model_hash,
+        tokenizer_sha256=tokenizer_hash,
+        model_id=model_id,
+        intra_op_threads=intra_op_threads,
     )

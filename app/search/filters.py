@@ -138,8 +138,10 @@ def to_where(f: SearchFilters) -> dict[str, Any] | None:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and not (
-        isinstance(value, float) and math.isnan(value)
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and not (isinstance(value, float) and math.isnan(value))
     )
 
 

@@ -30,13 +30,19 @@ from chromadb.api import ClientAPI
 from chromadb.api.models.Collection import Collection
 
 from app.search.batching import MAX_FLUSH_ENTRIES, WriteBatcher
-from app.search.chroma import (CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S, ChromaCollection,
-                               IndexUnavailable, embedded_connector, http_connector, replace,
-                               unavailable)
+from app.search.chroma import (
+    CONNECT_TIMEOUT_S,
+    REQUEST_TIMEOUT_S,
+    ChromaCollection,
+    IndexUnavailable,
+    embedded_connector,
+    http_connector,
+    replace,
+    unavailable,
+)
 from app.search.embedder import Embedder
 
-__all__ = ["Hit", "IndexEntry", "IndexStats", "IndexUnavailable", "VectorIndex",
-           "clean_metadata"]
+__all__ = ["Hit", "IndexEntry", "IndexStats", "IndexUnavailable", "VectorIndex", "clean_metadata"]
 
 T = TypeVar("T")
 MetadataValue = str | int | float | bool | list[str]
@@ -89,13 +95,20 @@ def clean_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
 class VectorIndex:
     """Async facade over one Chroma collection; safe to use from many coroutines at once."""
 
-    def __init__(self, connect: Callable[[], ClientAPI], embedder: Embedder,
-                 collection: str = "decisions", *, remote: bool) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], ClientAPI],
+        embedder: Embedder,
+        collection: str = "decisions",
+        *,
+        remote: bool,
+    ) -> None:
         """Prefer ``embedded``/``http``; ``connect`` builds a client and may raise."""
         self._embedder = embedder
         self.stats = IndexStats()
-        self._chroma = ChromaCollection(connect, collection, remote=remote, embedder=embedder,
-                                        stats=self.stats)
+        self._chroma = ChromaCollection(
+            connect, collection, remote=remote, embedder=embedder, stats=self.stats
+        )
         self._batcher = WriteBatcher(embedder, self._flush, self.stats)
 
     @classmethod
@@ -104,12 +117,19 @@ class VectorIndex:
         return cls(embedded_connector(path), embedder, collection, remote=False)
 
     @classmethod
-    def http(cls, url: str, embedder: Embedder, collection: str = "decisions", *,
-             connect_timeout: float = CONNECT_TIMEOUT_S,
-             request_timeout: float = REQUEST_TIMEOUT_S) -> VectorIndex:
+    def http(
+        cls,
+        url: str,
+        embedder: Embedder,
+        collection: str = "decisions",
+        *,
+        connect_timeout: float = CONNECT_TIMEOUT_S,
+        request_timeout: float = REQUEST_TIMEOUT_S,
+    ) -> VectorIndex:
         """A Chroma server at ``url`` (``http://host:port``); nothing is contacted until used."""
-        connect = http_connector(url, connect_timeout=connect_timeout,
-                                 request_timeout=request_timeout)
+        connect = http_connector(
+            url, connect_timeout=connect_timeout, request_timeout=request_timeout
+        )
         return cls(connect, embedder, collection, remote=True)
 
     @property
@@ -119,8 +139,9 @@ class VectorIndex:
 
     def sibling(self, collection: str) -> VectorIndex:
         """The same Chroma (and embedder) with another collection, e.g. to rebuild into."""
-        return VectorIndex(self._chroma.connect, self._embedder, collection,
-                           remote=self._chroma.remote)
+        return VectorIndex(
+            self._chroma.connect, self._embedder, collection, remote=self._chroma.remote
+        )
 
     async def promote(self, live: str) -> None:
         """Make this collection the one named ``live`` and drop the one that had the name.
@@ -201,8 +222,11 @@ class VectorIndex:
         vectors = self._batcher.vectors_for(documents)
         for start in range(0, len(items), MAX_FLUSH_ENTRIES):
             chunk = slice(start, start + MAX_FLUSH_ENTRIES)
-            self._chroma.run(functools.partial(replace, ids=ids[chunk], vectors=vectors[chunk],
-                                               metadatas=metadatas[chunk]))
+            self._chroma.run(
+                functools.partial(
+                    replace, ids=ids[chunk], vectors=vectors[chunk], metadatas=metadatas[chunk]
+                )
+            )
         return len(items)
 
     async def delete(self, ids: Sequence[str]) -> None:
@@ -223,14 +247,20 @@ class VectorIndex:
         """The query vector for ``text`` (computed in a worker thread)."""
         return await self._call(lambda: self._embed_one(text))
 
-    async def query(self, text: str, *, where: dict[str, Any] | None = None,
-                    limit: int = 10) -> list[Hit]:
+    async def query(
+        self, text: str, *, where: dict[str, Any] | None = None, limit: int = 10
+    ) -> list[Hit]:
         """Nearest ``limit`` documents to ``text`` that satisfy ``where``, nearest first."""
         return (await self.query_text(text, where=where, limit=limit))[1]
 
-    async def query_text(self, text: str, *, where: dict[str, Any] | None = None,
-                         limit: int = 10, metadata: bool = True
-                         ) -> tuple[list[float], list[Hit]]:
+    async def query_text(
+        self,
+        text: str,
+        *,
+        where: dict[str, Any] | None = None,
+        limit: int = 10,
+        metadata: bool = True,
+    ) -> tuple[list[float], list[Hit]]:
         """Embed ``text`` and query with it in one trip to a worker thread; returns the
         vector too, so a caller can query again without embedding again."""
 
@@ -244,8 +274,14 @@ class VectorIndex:
         self.stats.queries += 1
         return vector, hits
 
-    async def query_vector(self, vector: Sequence[float], *, where: dict[str, Any] | None = None,
-                           limit: int = 10, metadata: bool = True) -> list[Hit]:
+    async def query_vector(
+        self,
+        vector: Sequence[float],
+        *,
+        where: dict[str, Any] | None = None,
+        limit: int = 10,
+        metadata: bool = True,
+    ) -> list[Hit]:
         """Like ``query`` with a precomputed vector (lets callers reuse one embedding).
         ``metadata=False`` leaves ``Hit.metadata`` empty: Chroma then answers several times
         faster."""
@@ -256,16 +292,20 @@ class VectorIndex:
         return hits
 
     @staticmethod
-    def _query_op(embedding: list[float], where: dict[str, Any] | None, limit: int,
-                  metadata: bool) -> Callable[[Collection], list[Hit]]:
+    def _query_op(
+        embedding: list[float], where: dict[str, Any] | None, limit: int, metadata: bool
+    ) -> Callable[[Collection], list[Hit]]:
         include = ["metadatas", "distances"] if metadata else ["distances"]
 
         def op(c: Collection) -> list[Hit]:
-            res = c.query(query_embeddings=[embedding], n_results=limit, where=where,
-                          include=include)  # type: ignore[arg-type]
+            res = c.query(
+                query_embeddings=[embedding], n_results=limit, where=where, include=include
+            )  # type: ignore[arg-type]
             metas = (res["metadatas"] or [[]])[0] if metadata else []
-            hits = [Hit(i, float(d), dict(metas[n] or {}) if metadata else {})
-                    for n, (i, d) in enumerate(zip(res["ids"][0], (res["distances"] or [[]])[0]))]
+            hits = [
+                Hit(i, float(d), dict(metas[n] or {}) if metadata else {})
+                for n, (i, d) in enumerate(zip(res["ids"][0], (res["distances"] or [[]])[0]))
+            ]
             return sorted(hits, key=lambda h: (h.distance, h.id))
 
         return op

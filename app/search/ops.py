@@ -10,12 +10,19 @@ from .service import query_decisions
 
 
 def register(registry: Registry) -> None:
-    registry.add(Operation(
-        "cstp.queryDecisions", QueryDecisionsParams, QueryDecisionsResult, query_decisions,
-        "Past decisions nearest in meaning to a query, every filter applied.",
-        "Search past decisions by meaning: describe a situation or question and get the most "
-        "similar recorded decisions, with their outcomes when reviewed. Filters (category, "
-        "stakes, status, confidence, dates, agent, tags, project) narrow the results. Use it "
-        "to learn from precedent before deciding.",
-        writes=False, errors=(QUERY_FAILED,), tool="query_decisions",
-    ))
+    registry.add(
+        Operation(
+            "cstp.queryDecisions",
+            QueryDecisionsParams,
+            QueryDecisionsResult,
+            query_decisions,
+            "Past decisions nearest in meaning to a query, every filter applied.",
+            "Search past decisions by meaning: describe a situation or question and get the most "
+            "similar recorded decisions, with their outcomes when reviewed. Filters (category, "
+            "stakes, status, confidence, dates, agent, tags, project) narrow the results. Use it "
+            "to learn from precedent before deciding.",
+            writes=False,
+            errors=(QUERY_FAILED,),
+            tool="query_decisions",
+        )
+    )

@@ -34,7 +34,10 @@ BATCH = 256
 
 
 async def _copy(
-    services: Services, target: VectorIndex, query_ids: object, progress: Progress | None,
+    services: Services,
+    target: VectorIndex,
+    query_ids: object,
+    progress: Progress | None,
     total: int,
 ) -> int:
     done = 0
@@ -68,8 +71,9 @@ async def reindex(services: Services, progress: Progress | None = None) -> int:
     # collection renamed aside. Both are derived data that this run rebuilds anyway.
     left = await services.index.drop_collections(LEFTOVER_PREFIXES)
     if left:
-        log.warning("dropped %d collection(s) left by an earlier reindex: %s",
-                    len(left), ", ".join(left))
+        log.warning(
+            "dropped %d collection(s) left by an earlier reindex: %s", len(left), ", ".join(left)
+        )
     target = services.index.sibling(f"{REBUILD_PREFIX}{uuid.uuid4().hex[:8]}")
     promoted = False
     try:

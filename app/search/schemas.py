@@ -7,7 +7,15 @@ from typing import Annotated
 from msgspec import Meta
 
 from app.decisions.schemas import (
-    Count, DecisionItem, ReasonOut, ShortText, Stakes, Status, Struct, Tag, Unit,
+    Count,
+    DecisionItem,
+    ReasonOut,
+    ShortText,
+    Stakes,
+    Status,
+    Struct,
+    Tag,
+    Unit,
 )
 
 StakesList = Annotated[list[Stakes], Meta(max_length=4)]

@@ -63,7 +63,12 @@ def to_filters(f: QueryFiltersIn | None, *, category: str | None = None) -> Sear
 
 
 async def search(
-    ctx: CallContext, text: str, filters: SearchFilters, limit: int, *, tags: bool = True,
+    ctx: CallContext,
+    text: str,
+    filters: SearchFilters,
+    limit: int,
+    *,
+    tags: bool = True,
     reasons: bool = False,
 ) -> list[Found]:
     """Nearest decisions satisfying every filter, nearest first. -32003 if the index fails.
@@ -96,7 +101,11 @@ async def search(
 
 
 async def _verified(
-    ctx: CallContext, hits: list[Hit], filters: SearchFilters, limit: int, tags: bool,
+    ctx: CallContext,
+    hits: list[Hit],
+    filters: SearchFilters,
+    limit: int,
+    tags: bool,
     reasons: bool,
 ) -> list[Found]:
     """The hits whose row in SQL (the source of truth) satisfies the filters, in order.
@@ -105,13 +114,22 @@ async def _verified(
     announceIntent, must not hold the write lock while it searches), on Postgres in the
     call's own transaction (fewer round trips)."""
     return await ctx.services.db.read(
-        functools.partial(_read_verified, hits=hits, filters=filters, limit=limit, tags=tags,
-                          reasons=reasons),
-        session=ctx.session)
+        functools.partial(
+            _read_verified, hits=hits, filters=filters, limit=limit, tags=tags, reasons=reasons
+        ),
+        session=ctx.session,
+    )
 
 
-def _read_verified(conn: Connection, *, hits: list[Hit], filters: SearchFilters, limit: int,
-                   tags: bool, reasons: bool) -> list[Found]:
+def _read_verified(
+    conn: Connection,
+    *,
+    hits: list[Hit],
+    filters: SearchFilters,
+    limit: int,
+    tags: bool,
+    reasons: bool,
+) -> list[Found]:
     """Rows are read as plain column values (``document.Brief``). Unfiltered, nearly every
     hit is kept, so rows are read ``limit`` at a time (doubling); filtered, the whole list is
     read at once, one statement instead of several. Tags are read before the check only when
@@ -120,7 +138,7 @@ def _read_verified(conn: Connection, *, hits: list[Hit], filters: SearchFilters,
     filtered = not filters.is_empty()
     start, chunk = 0, max(1, len(hits) if filtered else limit)
     while start < len(hits) and len(found) < limit:
-        batch = hits[start:start + chunk]
+        batch = hits[start : start + chunk]
         start, chunk = start + chunk, chunk * 2
         rows = document.load_briefs(conn, [h.id for h in batch])
         if filters.tags:

@@ -33,13 +33,24 @@ async def snapshot(url: str) -> dict[str, list[dict[str, Any]]]:
 
 async def seed(rpc: Rpc) -> None:
     """At least one row in every audit table, through the API."""
-    recorded = await rpc.ok("cstp.recordDecision", {
-        "decision": "Cache search results for an hour", "confidence": 0.7,
-        "category": "architecture"})
+    recorded = await rpc.ok(
+        "cstp.recordDecision",
+        {
+            "decision": "Cache search results for an hour",
+            "confidence": 0.7,
+            "category": "architecture",
+        },
+    )
     await rpc.ok("cstp.reviewDecision", {"id": recorded["id"], "outcome": "failure"})
-    await rpc.ok("cstp.announceIntent", {
-        "intent": "Cache search results for a day", "correlationId": "cache-1",
-        "stakes": "high", "confidence": 0.3})
+    await rpc.ok(
+        "cstp.announceIntent",
+        {
+            "intent": "Cache search results for a day",
+            "correlationId": "cache-1",
+            "stakes": "high",
+            "confidence": 0.3,
+        },
+    )
     await rpc.ok("cstp.checkGuardrails", {"action": {"description": "Deploy on Friday"}})
 
 
@@ -48,8 +59,10 @@ def statements(database_url: str, table: str, cols: list[str]) -> list[str]:
     forged = ", ".join(value if c == column else c for c in cols)
     names = ", ".join(cols)
     copy = f"SELECT {forged} FROM {table} WHERE id = (SELECT MIN(id) FROM {table})"
-    upsert = (f"INSERT INTO {table} ({names}) {copy} "
-              f"ON CONFLICT (id) DO UPDATE SET {column} = excluded.{column}")
+    upsert = (
+        f"INSERT INTO {table} ({names}) {copy} "
+        f"ON CONFLICT (id) DO UPDATE SET {column} = excluded.{column}"
+    )
     out = [
         f"UPDATE {table} SET {column} = {value}",
         f"DELETE FROM {table}",
@@ -97,26 +110,39 @@ async def test_replace_on_the_intents_correlation_key_cannot_swap_an_announcemen
     await seed(rpc)
     before = await snapshot(database_url)
     cols = await columns(database_url, "intents")
-    forged = ", ".join("'forged-id'" if c == "id" else "'forged intent'" if c == "intent" else c
-                       for c in cols)
+    forged = ", ".join(
+        "'forged-id'" if c == "id" else "'forged intent'" if c == "intent" else c for c in cols
+    )
     with pytest.raises(DBAPIError, match="append-only"):
-        await run_sql(database_url, f"REPLACE INTO intents ({', '.join(cols)}) SELECT {forged} "
-                                    "FROM intents WHERE correlation_id = 'cache-1'")
+        await run_sql(
+            database_url,
+            f"REPLACE INTO intents ({', '.join(cols)}) SELECT {forged} "
+            "FROM intents WHERE correlation_id = 'cache-1'",
+        )
     assert await snapshot(database_url) == before
 
 
 async def test_new_audit_rows_are_still_written(rpc: Rpc, database_url: str) -> None:
     """The triggers refuse collisions only: the API's own inserts go on, retries included."""
     await seed(rpc)
-    again = await rpc.ok("cstp.announceIntent", {
-        "intent": "Cache search results for a day", "correlationId": "cache-1",
-        "stakes": "high", "confidence": 0.3})
+    again = await rpc.ok(
+        "cstp.announceIntent",
+        {
+            "intent": "Cache search results for a day",
+            "correlationId": "cache-1",
+            "stakes": "high",
+            "confidence": 0.3,
+        },
+    )
     assert again["correlationId"] == "cache-1"
     await rpc.ok("cstp.announceIntent", {"intent": "Another", "correlationId": "cache-2"})
-    counts = await run_sql(database_url, "SELECT correlation_id, outcome FROM intents "
-                                         "ORDER BY correlation_id")
+    counts = await run_sql(
+        database_url, "SELECT correlation_id, outcome FROM intents ORDER BY correlation_id"
+    )
     assert [(r["correlation_id"], r["outcome"]) for r in counts] == [
-        ("cache-1", "ok"), ("cache-2", "ok")]
+        ("cache-1", "ok"),
+        ("cache-2", "ok"),
+    ]
 
 
 async def run_sql_with_pragma(url: str, pragma: str, statement: str) -> None:

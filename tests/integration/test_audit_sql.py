@@ -44,8 +44,18 @@ Q_UNANNOUNCED = "Decisions recorded without a prior announcement"
 Q_DESPITE_BLOCK = "Decisions taken after a blocked announcement"
 Q_REVIEWS = "Review history of a decision"
 Q_OUTBOX = "Outbox work not yet done"
-TESTED = {Q_BLOCKED, Q_FIRED, Q_SHOWN, Q_BY_CORRELATION, Q_NO_DECISION, Q_FAILED, Q_UNANNOUNCED,
-          Q_DESPITE_BLOCK, Q_REVIEWS, Q_OUTBOX}
+TESTED = {
+    Q_BLOCKED,
+    Q_FIRED,
+    Q_SHOWN,
+    Q_BY_CORRELATION,
+    Q_NO_DECISION,
+    Q_FAILED,
+    Q_UNANNOUNCED,
+    Q_DESPITE_BLOCK,
+    Q_REVIEWS,
+    Q_OUTBOX,
+}
 
 
 def load_cookbook() -> dict[str, str]:
@@ -95,7 +105,8 @@ async def run(conn: AsyncConnection, sql: str, **params: Any) -> list[tuple[Any,
     names = set(re.findall(r"(?<!:):([A-Za-z_]\w*)", sql))
     assert names == set(params), f"the query binds {sorted(names)}"
     query = text(sql).bindparams(
-        *(bindparam(name, type_=UtcDateTime()) for name in names & TIME_PARAMS))
+        *(bindparam(name, type_=UtcDateTime()) for name in names & TIME_PARAMS)
+    )
     return [normalized(r) for r in (await conn.execute(query, params)).all()]
 
 
@@ -110,12 +121,11 @@ class World:
 
 
 @pytest.fixture
-async def world_rpc(
-    settings: Settings, embedder: Embedder
-) -> AsyncIterator[tuple[Rpc, Clock]]:
+async def world_rpc(settings: Settings, embedder: Embedder) -> AsyncIterator[tuple[Rpc, Clock]]:
     clock = Clock(NOW - timedelta(days=10))
     audited = replace(
-        settings, rate_limits=parse_rate_limits("default=1000/60,cstp.announceIntent=5/3600"))
+        settings, rate_limits=parse_rate_limits("default=1000/60,cstp.announceIntent=5/3600")
+    )
     app = create_app(audited, runtime=Runtime(now=clock), embedder=embedder)
     async with serve_app(app) as client:
         yield Rpc(client), clock
@@ -134,54 +144,101 @@ async def build_world(rpc: Rpc, clock: Clock) -> World:
         world.intents[cid] = params["intent"]
 
     async def record(name: str, text_: str, token: str = "token-alice", **params: Any) -> None:
-        result = await rpc.ok("cstp.recordDecision", {
-            "decision": text_, "confidence": 0.8, "category": "architecture", **params}, token)
+        result = await rpc.ok(
+            "cstp.recordDecision",
+            {"decision": text_, "confidence": 0.8, "category": "architecture", **params},
+            token,
+        )
         assert result["indexed"] is True
         world.decisions[name] = result["id"]
         world.titles[name] = text_
 
     at(timedelta(days=10))
-    await announce("old-blocked", intent="Deploy the payments service to production on Friday",
-                   category="architecture", stakes="high", confidence=0.2)
+    await announce(
+        "old-blocked",
+        intent="Deploy the payments service to production on Friday",
+        category="architecture",
+        stakes="high",
+        confidence=0.2,
+    )
     at(timedelta(days=9))
-    await record("base1", "Deployed auth service v2.1 to production behind a rollback window",
-                 stakes="high")
+    await record(
+        "base1", "Deployed auth service v2.1 to production behind a rollback window", stakes="high"
+    )
     at(timedelta(days=9) - timedelta(minutes=1))
-    await rpc.ok("cstp.reviewDecision", {"id": world.decisions["base1"], "outcome": "success",
-                                         "lessons": "Keep a 30-minute rollback window"})
+    await rpc.ok(
+        "cstp.reviewDecision",
+        {
+            "id": world.decisions["base1"],
+            "outcome": "success",
+            "lessons": "Keep a 30-minute rollback window",
+        },
+    )
     at(timedelta(days=9) - timedelta(minutes=2))
-    await record("base2", "Rolled back the authentication service after a memory leak",
-                 token="token-bob")
+    await record(
+        "base2", "Rolled back the authentication service after a memory leak", token="token-bob"
+    )
     at(timedelta(days=3))
-    await announce("blocked-1", intent="Deploy the new authentication service to production",
-                   category="architecture", stakes="high", confidence=0.3)
+    await announce(
+        "blocked-1",
+        intent="Deploy the new authentication service to production",
+        category="architecture",
+        stakes="high",
+        confidence=0.3,
+    )
     at(timedelta(days=3) - timedelta(minutes=5))
-    await record("linked", "Deploy the new authentication service behind a feature flag",
-                 correlationId="blocked-1")
+    await record(
+        "linked",
+        "Deploy the new authentication service behind a feature flag",
+        correlationId="blocked-1",
+    )
     at(timedelta(days=2))
-    await announce("allowed-1", intent="Add a read replica for reporting queries",
-                   category="architecture", stakes="low")
+    await announce(
+        "allowed-1",
+        intent="Add a read replica for reporting queries",
+        category="architecture",
+        stakes="low",
+    )
     at(timedelta(days=2) - timedelta(minutes=30))
-    await rpc.ok("cstp.reviewDecision", {
-        "id": world.decisions["base2"], "outcome": "partial",
-        "lessons": "Size the connection pool for peak load",
-        "notes": "Issue was in connection pooling"}, token="token-bob")
+    await rpc.ok(
+        "cstp.reviewDecision",
+        {
+            "id": world.decisions["base2"],
+            "outcome": "partial",
+            "lessons": "Size the connection pool for peak load",
+            "notes": "Issue was in connection pooling",
+        },
+        token="token-bob",
+    )
     at(timedelta(days=1))
-    await announce("blocked-2", intent="Switch the production load balancer to the new cluster",
-                   category="integration", metadata={"affects_production": True})
+    await announce(
+        "blocked-2",
+        intent="Switch the production load balancer to the new cluster",
+        category="integration",
+        metadata={"affects_production": True},
+    )
     at(timedelta(days=1) - timedelta(minutes=1))
-    await announce("bob-blocked", token="token-bob",
-                   intent="Drop the legacy sessions table in production",
-                   category="architecture", stakes="critical", confidence=0.1)
+    await announce(
+        "bob-blocked",
+        token="token-bob",
+        intent="Drop the legacy sessions table in production",
+        category="architecture",
+        stakes="critical",
+        confidence=0.1,
+    )
     at(timedelta(hours=12))
-    await record("quick", "Bump the ruff version used in CI", category="tooling",
-                 preDecision={"queryRun": True})
+    await record(
+        "quick",
+        "Bump the ruff version used in CI",
+        category="tooling",
+        preDecision={"queryRun": True},
+    )
     at(timedelta(hours=1))
-    error = await rpc.error("cstp.announceIntent", {"intent": "Add a cache",
-                                                    "category": "nonsense"})
+    error = await rpc.error(
+        "cstp.announceIntent", {"intent": "Add a cache", "category": "nonsense"}
+    )
     assert error["code"] == -32602
-    error = await rpc.error("cstp.announceIntent", {"category": "architecture"},
-                            token="token-bob")
+    error = await rpc.error("cstp.announceIntent", {"category": "architecture"}, token="token-bob")
     assert error["code"] == -32602
     at(timedelta(minutes=30))
     for n in (1, 2):  # alice's sixth and seventh announcements of the hour: over her budget
@@ -205,18 +262,35 @@ async def test_the_cookbook_answers_exactly(
                 return await run(conn, queries[name], **params)
 
             async def evaluation_of(cid: str) -> str:
-                found = await run(conn, "SELECT id FROM guardrail_evaluations WHERE "
-                                  "source = 'announceIntent' AND description = :d",
-                                  d=world.intents[cid])
+                found = await run(
+                    conn,
+                    "SELECT id FROM guardrail_evaluations WHERE "
+                    "source = 'announceIntent' AND description = :d",
+                    d=world.intents[cid],
+                )
                 assert len(found) == 1
                 return str(found[0][0])
 
             # --- every intent of an agent last week that was blocked
             assert await q(Q_BLOCKED, agent="alice", since=WEEK_AGO, until=NOW) == [
-                (NOW - timedelta(days=3), "blocked-1", world.intents["blocked-1"],
-                 "architecture", "high", 0.3, await evaluation_of("blocked-1")),
-                (NOW - timedelta(days=1), "blocked-2", world.intents["blocked-2"],
-                 "integration", "medium", None, await evaluation_of("blocked-2")),
+                (
+                    NOW - timedelta(days=3),
+                    "blocked-1",
+                    world.intents["blocked-1"],
+                    "architecture",
+                    "high",
+                    0.3,
+                    await evaluation_of("blocked-1"),
+                ),
+                (
+                    NOW - timedelta(days=1),
+                    "blocked-2",
+                    world.intents["blocked-2"],
+                    "integration",
+                    "medium",
+                    None,
+                    await evaluation_of("blocked-2"),
+                ),
             ]
             longer = await q(Q_BLOCKED, agent="alice", since=MONTH_AGO, until=NOW)
             assert [r[1] for r in longer] == ["old-blocked", "blocked-1", "blocked-2"]
@@ -229,9 +303,9 @@ async def test_the_cookbook_answers_exactly(
                 ("block", "no-high-stakes-low-confidence", status["violations"][0]["message"]),
                 ("warn", "prefer-staged-rollout", status["warnings"][0]["message"]),
             ]
-            assert [r[1] for r in await q(Q_FIRED, agent="alice",
-                                          correlation_id="blocked-2")] == [
-                "production-needs-code-review"]
+            assert [r[1] for r in await q(Q_FIRED, agent="alice", correlation_id="blocked-2")] == [
+                "production-needs-code-review"
+            ]
             assert await q(Q_FIRED, agent="bob", correlation_id="blocked-1") == []
 
             # --- what an agent was shown before a decision
@@ -239,8 +313,17 @@ async def test_the_cookbook_answers_exactly(
             assert [s["id"] for s in shown] == [ids["base1"], ids["base2"]]
             now_outcome = {ids["base1"]: "success", ids["base2"]: "partial"}
             assert await q(Q_SHOWN, agent="alice", decision_id=ids["linked"]) == [
-                (rank, s["id"], s["title"], s["distance"], s.get("outcome"),
-                 now_outcome[s["id"]], "blocked-1", NOW - timedelta(days=3), False)
+                (
+                    rank,
+                    s["id"],
+                    s["title"],
+                    s["distance"],
+                    s.get("outcome"),
+                    now_outcome[s["id"]],
+                    "blocked-1",
+                    NOW - timedelta(days=3),
+                    False,
+                )
                 for rank, s in enumerate(shown, start=1)
             ]
             assert shown[1].get("outcome") is None  # base2 was reviewed after it was shown
@@ -250,21 +333,29 @@ async def test_the_cookbook_answers_exactly(
             # --- the decisions that followed one announcement, by the client's own id
             followed = await q(Q_BY_CORRELATION, agent="alice", correlation_id="blocked-1")
             assert [(r[0], r[1], r[4]) for r in followed] == [
-                ("blocked-1", world.intents["blocked-1"], ids["linked"])]
+                ("blocked-1", world.intents["blocked-1"], ids["linked"])
+            ]
             assert await q(Q_BY_CORRELATION, agent="bob", correlation_id="blocked-1") == []
             assert await q(Q_BY_CORRELATION, agent="alice", correlation_id="allowed-1") == []
 
             # --- intents never followed by a decision
             assert await q(Q_NO_DECISION, since=WEEK_AGO, until=NOW) == [
-                ("alice", NOW - timedelta(days=2), "allowed-1", world.intents["allowed-1"],
-                 True),
-                ("alice", NOW - timedelta(days=1), "blocked-2", world.intents["blocked-2"],
-                 False),
-                ("bob", NOW - timedelta(days=1) + timedelta(minutes=1), "bob-blocked",
-                 world.intents["bob-blocked"], False),
+                ("alice", NOW - timedelta(days=2), "allowed-1", world.intents["allowed-1"], True),
+                ("alice", NOW - timedelta(days=1), "blocked-2", world.intents["blocked-2"], False),
+                (
+                    "bob",
+                    NOW - timedelta(days=1) + timedelta(minutes=1),
+                    "bob-blocked",
+                    world.intents["bob-blocked"],
+                    False,
+                ),
             ]
             assert [r[2] for r in await q(Q_NO_DECISION, since=MONTH_AGO, until=NOW)] == [
-                "old-blocked", "allowed-1", "blocked-2", "bob-blocked"]
+                "old-blocked",
+                "allowed-1",
+                "blocked-2",
+                "bob-blocked",
+            ]
 
             # --- rate-limited or failed announcements by agent
             assert await q(Q_FAILED, since=WEEK_AGO, until=NOW) == [
@@ -273,28 +364,48 @@ async def test_the_cookbook_answers_exactly(
                 ("bob", "failed", -32602, 1),
             ]
             assert await q(Q_FAILED, since=WEEK_AGO, until=NOW - timedelta(minutes=45)) == [
-                ("alice", "failed", -32602, 1), ("bob", "failed", -32602, 1)]
+                ("alice", "failed", -32602, 1),
+                ("bob", "failed", -32602, 1),
+            ]
 
             # --- decisions recorded without a prior announcement
             assert await q(Q_UNANNOUNCED, since=MONTH_AGO, until=NOW) == [
                 ("alice", NOW - timedelta(days=9), ids["base1"], world.titles["base1"], None),
                 ("alice", NOW - timedelta(hours=12), ids["quick"], world.titles["quick"], True),
-                ("bob", NOW - timedelta(days=9) + timedelta(minutes=2), ids["base2"],
-                 world.titles["base2"], None),
+                (
+                    "bob",
+                    NOW - timedelta(days=9) + timedelta(minutes=2),
+                    ids["base2"],
+                    world.titles["base2"],
+                    None,
+                ),
             ]
             assert [r[2] for r in await q(Q_UNANNOUNCED, since=WEEK_AGO, until=NOW)] == [
-                ids["quick"]]
+                ids["quick"]
+            ]
 
             # --- decisions taken after a blocked announcement
             assert await q(Q_DESPITE_BLOCK, since=WEEK_AGO, until=NOW) == [
-                ("alice", NOW - timedelta(days=3) + timedelta(minutes=5), ids["linked"],
-                 world.titles["linked"], "blocked-1", world.intents["blocked-1"]),
+                (
+                    "alice",
+                    NOW - timedelta(days=3) + timedelta(minutes=5),
+                    ids["linked"],
+                    world.titles["linked"],
+                    "blocked-1",
+                    world.intents["blocked-1"],
+                ),
             ]
 
             # --- review history of a decision
             assert await q(Q_REVIEWS, decision_id=ids["base2"]) == [
-                (NOW - timedelta(days=2) + timedelta(minutes=30), "bob", "partial", None,
-                 "Size the connection pool for peak load", "Issue was in connection pooling"),
+                (
+                    NOW - timedelta(days=2) + timedelta(minutes=30),
+                    "bob",
+                    "partial",
+                    None,
+                    "Size the connection pool for peak load",
+                    "Issue was in connection pooling",
+                ),
             ]
             assert await q(Q_REVIEWS, decision_id="00000000") == []
 
@@ -309,9 +420,14 @@ async def test_the_cookbook_answers_exactly(
 def check_is_portable(sql: str) -> list[str]:
     """Dialect features the cookbook promises not to use."""
     banned: dict[str, Callable[[str], bool]] = {
-        "date function": lambda s: bool(re.search(
-            r"\b(now|date|datetime|strftime|julianday|date_trunc|interval|current_date|"
-            r"current_timestamp|extract)\b\s*[(']?", s, flags=re.I)),
+        "date function": lambda s: bool(
+            re.search(
+                r"\b(now|date|datetime|strftime|julianday|date_trunc|interval|current_date|"
+                r"current_timestamp|extract)\b\s*[(']?",
+                s,
+                flags=re.I,
+            )
+        ),
         "JSON operator": lambda s: "->" in s or "json_" in s.lower(),
         "cast syntax": lambda s: "::" in s,
         "literal timestamp": lambda s: bool(re.search(r"'\d{4}-\d{2}-\d{2}", s)),

@@ -21,8 +21,12 @@ T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
 
 async def record(rpc: Any, confidence: float, token: str = "token-alice", **fields: Any) -> str:
-    params = {"decision": f"Decide something at {confidence}", "confidence": confidence,
-              "category": "architecture", **fields}
+    params = {
+        "decision": f"Decide something at {confidence}",
+        "confidence": confidence,
+        "category": "architecture",
+        **fields,
+    }
     result = await rpc.ok("cstp.recordDecision", params, token=token)
     return str(result["id"])
 
@@ -34,17 +38,25 @@ async def review(
     if rpc.client.app.state.registry.get("cstp.reviewDecision") is not None:
         await rpc.ok("cstp.reviewDecision", {"id": decision_id, "outcome": outcome}, token=token)
         return
-    latest = {"outcome": outcome, "reviewed_at": datetime.now(UTC),
-              "reviewed_by": services.settings.auth_tokens[token]}
+    latest = {
+        "outcome": outcome,
+        "reviewed_at": datetime.now(UTC),
+        "reviewed_by": services.settings.auth_tokens[token],
+    }
     async with services.db.transaction() as session:
         session.add(DecisionReview(decision_id=decision_id, **latest))
         await session.execute(
-            update(Decision).where(Decision.id == decision_id).values(status="reviewed", **latest))
+            update(Decision).where(Decision.id == decision_id).values(status="reviewed", **latest)
+        )
 
 
 async def record_reviewed(
-    rpc: Any, services: Any, confidence: float, outcomes: list[str],
-    token: str = "token-alice", **fields: Any,
+    rpc: Any,
+    services: Any,
+    confidence: float,
+    outcomes: list[str],
+    token: str = "token-alice",
+    **fields: Any,
 ) -> list[str]:
     ids = []
     for outcome in outcomes:
@@ -56,18 +68,27 @@ async def record_reviewed(
 
 def row(i: int, confidence: float, outcome: str | None, **fields: Any) -> dict[str, Any]:
     """A decision row for direct bulk inserts (fast set-ups that need chosen timestamps)."""
-    return {"id": f"{i:08x}", "summary": "s", "decision": "d", "category": "architecture",
-            "confidence": confidence, "stakes": "medium", "created_at": T0,
-            "recorded_by": "alice", "outcome": outcome,
-            "status": "pending" if outcome is None else "reviewed",
-            "reviewed_at": None if outcome is None else T0 + timedelta(days=1), **fields}
+    return {
+        "id": f"{i:08x}",
+        "summary": "s",
+        "decision": "d",
+        "category": "architecture",
+        "confidence": confidence,
+        "stakes": "medium",
+        "created_at": T0,
+        "recorded_by": "alice",
+        "outcome": outcome,
+        "status": "pending" if outcome is None else "reviewed",
+        "reviewed_at": None if outcome is None else T0 + timedelta(days=1),
+        **fields,
+    }
 
 
 async def insert_rows(services: Any, rows: list[dict[str, Any]], chunk: int = 5000) -> None:
     for start in range(0, len(rows), chunk):
         async with services.db.transaction() as session:
             # Core insert: a plain DBAPI executemany, several times faster than the ORM path.
-            await session.execute(insert(Decision.__table__), rows[start:start + chunk])
+            await session.execute(insert(Decision.__table__), rows[start : start + chunk])
 
 
 async def test_worked_example_slightly_overconfident(rpc: Any, services: Any) -> None:
@@ -76,16 +97,30 @@ async def test_worked_example_slightly_overconfident(rpc: Any, services: Any) ->
     headline = [result[k] for k in ("brierScore", "accuracy", "calibrationGap", "interpretation")]
     assert headline == [0.229, 0.667, -0.083, "slightly_overconfident"]
     assert result["overall"] == {
-        "brierScore": 0.229, "accuracy": 0.667, "calibrationGap": -0.083,
-        "interpretation": "slightly_overconfident", "totalDecisions": 6,
-        "reviewedDecisions": 6, "pendingDecisions": 0, "meanConfidence": 0.75,
+        "brierScore": 0.229,
+        "accuracy": 0.667,
+        "calibrationGap": -0.083,
+        "interpretation": "slightly_overconfident",
+        "totalDecisions": 6,
+        "reviewedDecisions": 6,
+        "pendingDecisions": 0,
+        "meanConfidence": 0.75,
     }
-    assert result["buckets"] == [{
-        "bucket": "0.7-0.8", "low": 0.7, "high": 0.8, "count": 6, "meanConfidence": 0.75,
-        "accuracy": 0.667, "gap": -0.083, "brierScore": 0.229,
-    }]
-    assert any("0.7-0.8" in r and "67%" in r and "lower confidence" in r
-               for r in result["recommendations"])
+    assert result["buckets"] == [
+        {
+            "bucket": "0.7-0.8",
+            "low": 0.7,
+            "high": 0.8,
+            "count": 6,
+            "meanConfidence": 0.75,
+            "accuracy": 0.667,
+            "gap": -0.083,
+            "brierScore": 0.229,
+        }
+    ]
+    assert any(
+        "0.7-0.8" in r and "67%" in r and "lower confidence" in r for r in result["recommendations"]
+    )
     assert (result["agent"], result["filters"]) == ("alice", {"minDecisions": 5})
     assert "groups" not in result
 
@@ -122,7 +157,12 @@ async def test_bucket_edges_are_the_same_on_every_database(services: Any, rpc: A
     await insert_rows(services, [row(i, c, "success") for i, c in enumerate(confidences)])
     buckets = (await rpc.ok(METHOD, {}))["buckets"]
     assert {b["bucket"]: b["count"] for b in buckets} == {
-        "0.0-0.1": 2, "0.1-0.2": 1, "0.3-0.4": 1, "0.6-0.7": 1, "0.7-0.8": 2, "0.8-0.9": 1,
+        "0.0-0.1": 2,
+        "0.1-0.2": 1,
+        "0.3-0.4": 1,
+        "0.6-0.7": 1,
+        "0.7-0.8": 2,
+        "0.8-0.9": 1,
         "0.9-1.0": 3,
     }
     assert [b["low"] for b in buckets] == [0.0, 0.1, 0.3, 0.6, 0.7, 0.8, 0.9]
@@ -131,7 +171,10 @@ async def test_bucket_edges_are_the_same_on_every_database(services: Any, rpc: A
 async def test_too_little_data_is_a_clear_answer_not_an_error(rpc: Any, services: Any) -> None:
     result = await rpc.ok(METHOD, {})
     assert (result["interpretation"], result["brierScore"], result["calibrationGap"]) == (
-        "insufficient_data", None, None)
+        "insufficient_data",
+        None,
+        None,
+    )
     assert result["overall"]["totalDecisions"] == 0 and result["buckets"] == []
     assert "review more decisions" in result["recommendations"][0]
     await record_reviewed(rpc, services, 0.9, ["success", "failure", "success"])
@@ -194,23 +237,26 @@ async def test_filters_at_the_top_level(rpc: Any, services: Any) -> None:
     assert result["filters"] == {"agent": "alice", "minDecisions": 3}
     assert (result["overall"]["totalDecisions"], result["interpretation"]) == (3, "underconfident")
     # ``filters`` wins over a top-level value for the same key, key by key.
-    mixed = await rpc.ok(METHOD, {"filters": {"agent": "bob"}, "agent": "alice",
-                                  "minDecisions": 4})
+    mixed = await rpc.ok(METHOD, {"filters": {"agent": "bob"}, "agent": "alice", "minDecisions": 4})
     assert mixed["filters"] == {"agent": "bob", "minDecisions": 4}
     assert mixed["interpretation"] == "overconfident"
     # The informational ``agent: {id}`` of older clients is not a filter; nulls are absent.
-    info = await rpc.ok(METHOD, {"agent": {"id": "mallory"}, "filters": {"agent": None},
-                                 "category": None})
+    info = await rpc.ok(
+        METHOD, {"agent": {"id": "mallory"}, "filters": {"agent": None}, "category": None}
+    )
     assert info["overall"]["totalDecisions"] == 7 and "agent" not in info["filters"]
 
 
 async def test_group_by_category_stakes_agent(rpc: Any, services: Any) -> None:
-    rows = [row(i, 0.75, "success" if i < 4 else "failure", category="security",
-                stakes="critical") for i in range(6)]
-    rows += [row(10 + i, 0.8, "success", category="tooling", stakes="low", recorded_by="bob")
-             for i in range(5)]
-    rows += [row(20 + i, 0.9, "abandoned", category="process", recorded_by="bob")
-             for i in range(2)]
+    rows = [
+        row(i, 0.75, "success" if i < 4 else "failure", category="security", stakes="critical")
+        for i in range(6)
+    ]
+    rows += [
+        row(10 + i, 0.8, "success", category="tooling", stakes="low", recorded_by="bob")
+        for i in range(5)
+    ]
+    rows += [row(20 + i, 0.9, "abandoned", category="process", recorded_by="bob") for i in range(2)]
     await insert_rows(services, rows)
 
     async def groups(by: str) -> dict[str, dict[str, Any]]:
@@ -222,12 +268,18 @@ async def test_group_by_category_stakes_agent(rpc: Any, services: Any) -> None:
     assert list(by_category) == ["process", "security", "tooling"]
     security = by_category["security"]
     assert (security["brierScore"], security["accuracy"], security["calibrationGap"]) == (
-        0.229, 0.667, -0.083)
+        0.229,
+        0.667,
+        -0.083,
+    )
     assert (security["interpretation"], by_category["tooling"]["interpretation"]) == (
-        "slightly_overconfident", "underconfident")
+        "slightly_overconfident",
+        "underconfident",
+    )
     process = by_category["process"]  # only abandoned decisions: reviewed, none scored
-    assert [process[k] for k in ("interpretation", "reviewedDecisions", "totalDecisions",
-                                 "brierScore")] == ["insufficient_data", 2, 0, None]
+    assert [
+        process[k] for k in ("interpretation", "reviewedDecisions", "totalDecisions", "brierScore")
+    ] == ["insufficient_data", 2, 0, None]
 
     by_stakes = await groups("stakes")
     assert list(by_stakes) == ["low", "medium", "critical"]  # by severity
@@ -303,10 +355,15 @@ def generated(count: int) -> tuple[list[dict[str, Any]], dict[str, Any], dict[st
             squared += (confidence - SCORE[outcome]) ** 2
             index = next(k for k in range(9, -1, -1) if confidence >= k / 10)
             buckets[f"{index / 10:.1f}-{(index + 1) / 10:.1f}"] += 1
-    expected = {"brierScore": round3(squared / n), "accuracy": round3(score / n),
-                "calibrationGap": round3((score - conf) / n), "meanConfidence": round3(conf / n),
-                "totalDecisions": n, "reviewedDecisions": reviewed,
-                "pendingDecisions": count - reviewed}
+    expected = {
+        "brierScore": round3(squared / n),
+        "accuracy": round3(score / n),
+        "calibrationGap": round3((score - conf) / n),
+        "meanConfidence": round3(conf / n),
+        "totalDecisions": n,
+        "reviewedDecisions": reviewed,
+        "pendingDecisions": count - reviewed,
+    }
     return rows, expected, dict(buckets)
 
 

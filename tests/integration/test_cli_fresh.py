@@ -102,12 +102,15 @@ class Install:
             _sync(migrate.upgrade(self.url, OLDER))
             sqlite = not USE_PG
             when = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
-            _sync(run_sql(
-                self.url,
-                "INSERT INTO decisions (id, summary, decision, category, confidence, stakes,"
-                " status, created_at, recorded_by) VALUES ('0a0b0c0d', 'Keep it', 'Keep it',"
-                " 'process', 0.7, 'medium', 'pending', :at, 'legacy-agent')",
-                at=when.replace(tzinfo=None) if sqlite else when))
+            _sync(
+                run_sql(
+                    self.url,
+                    "INSERT INTO decisions (id, summary, decision, category, confidence, stakes,"
+                    " status, created_at, recorded_by) VALUES ('0a0b0c0d', 'Keep it', 'Keep it',"
+                    " 'process', 0.7, 'medium', 'pending', :at, 'legacy-agent')",
+                    at=when.replace(tzinfo=None) if sqlite else when,
+                )
+            )
         elif state == "newer":
             _sync(migrate.upgrade(self.url))
             _sync(run_sql(self.url, "UPDATE alembic_version SET version_num = :v", v=UNKNOWN))
@@ -149,14 +152,22 @@ def _invoke(runner: CliRunner, args: list[str], env: dict[str, str]) -> Outcome:
     result: Result = runner.invoke(main, args, env=env)
     # An exception that escaped the command would be a traceback for the user.
     assert result.exception is None or isinstance(result.exception, SystemExit), (
-        result.exception, result.output)
+        result.exception,
+        result.output,
+    )
     return _checked(Outcome(result.exit_code, result.stdout, result.stderr))
 
 
 def _subprocess(args: list[str], env: dict[str, str], timeout: float = 300) -> Outcome:
     full = {k: v for k, v in os.environ.items() if not k.startswith("CSTP_")}
-    done = subprocess.run([str(CSTP), *args], env={**full, **env}, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    done = subprocess.run(
+        [str(CSTP), *args],
+        env={**full, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     return Outcome(done.returncode, done.stdout, done.stderr)
 
 
@@ -182,12 +193,20 @@ def _journal(root: Path, count: int) -> Path:
         month = 1 + i % 12
         path = root / "2025" / f"{month:02d}" / f"2025-{month:02d}-01-decision-{i:04d}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump({
-            "id": f"{i:08x}", "decision": f"Adopt practice {i} for service {i % 9}",
-            "category": ["architecture", "process", "tooling"][i % 3],
-            "confidence": round(0.5 + (i % 5) / 10, 2), "stakes": "medium",
-            "date": f"2025-{month:02d}-01T10:00:00Z", "tags": [f"t{i % 4}"],
-        }), encoding="utf-8")
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "id": f"{i:08x}",
+                    "decision": f"Adopt practice {i} for service {i % 9}",
+                    "category": ["architecture", "process", "tooling"][i % 3],
+                    "confidence": round(0.5 + (i % 5) / 10, 2),
+                    "stakes": "medium",
+                    "date": f"2025-{month:02d}-01T10:00:00Z",
+                    "tags": [f"t{i % 4}"],
+                }
+            ),
+            encoding="utf-8",
+        )
     return root
 
 
@@ -199,19 +218,32 @@ COMMANDS: dict[str, tuple[list[str], dict[str, str | None]]] = {
     "export": (["export"], {"fresh": None, "empty": None, "older": UPGRADE, "newer": NEWER}),
     "reindex": (["reindex"], {"fresh": None, "empty": None, "older": UPGRADE, "newer": NEWER}),
     "outbox": (["outbox"], {"fresh": None, "empty": None, "older": UPGRADE, "newer": NEWER}),
-    "outbox retry": (["outbox", "retry"],
-                     {"fresh": None, "empty": None, "older": UPGRADE, "newer": NEWER}),
-    "outbox drain": (["outbox", "drain"],
-                     {"fresh": None, "empty": None, "older": UPGRADE, "newer": NEWER}),
-    "db upgrade": (["db", "upgrade"], {"fresh": None, "empty": None, "older": None,
-                                       "newer": NEWER}),
-    "db downgrade": (["db", "downgrade", FIRST],
-                     {"fresh": "nothing to downgrade", "empty": "nothing to downgrade",
-                      "older": None, "newer": NEWER}),
-    "db current": (["db", "current"], {"fresh": None, "empty": None, "older": None,
-                                       "newer": None}),
-    "db check": (["db", "check"], {"fresh": UPGRADE, "empty": UPGRADE, "older": UPGRADE,
-                                   "newer": NEWER}),
+    "outbox retry": (
+        ["outbox", "retry"],
+        {"fresh": None, "empty": None, "older": UPGRADE, "newer": NEWER},
+    ),
+    "outbox drain": (
+        ["outbox", "drain"],
+        {"fresh": None, "empty": None, "older": UPGRADE, "newer": NEWER},
+    ),
+    "db upgrade": (
+        ["db", "upgrade"],
+        {"fresh": None, "empty": None, "older": None, "newer": NEWER},
+    ),
+    "db downgrade": (
+        ["db", "downgrade", FIRST],
+        {
+            "fresh": "nothing to downgrade",
+            "empty": "nothing to downgrade",
+            "older": None,
+            "newer": NEWER,
+        },
+    ),
+    "db current": (["db", "current"], {"fresh": None, "empty": None, "older": None, "newer": None}),
+    "db check": (
+        ["db", "check"],
+        {"fresh": UPGRADE, "empty": UPGRADE, "older": UPGRADE, "newer": NEWER},
+    ),
 }
 # What the database is at after a command that succeeded (None: unchanged).
 AFTER = {"db downgrade": FIRST, "db current": None}
@@ -287,15 +319,18 @@ def test_import_of_200_files_on_a_fresh_install_in_one_command(
 CLOSED_PG = "postgresql+asyncpg://cstp:secret@127.0.0.1:{port}/cstp"
 
 
-@pytest.mark.parametrize("args", [["import", "JOURNAL"], ["db", "upgrade"], ["db", "current"],
-                                  ["outbox"], ["serve"]])
+@pytest.mark.parametrize(
+    "args", [["import", "JOURNAL"], ["db", "upgrade"], ["db", "current"], ["outbox"], ["serve"]]
+)
 def test_an_unreachable_postgres_is_one_line(
     tmp_path: Path, free_port: int, args: list[str]
 ) -> None:
     journal = _journal(tmp_path / "journal", 1)
     args = [str(journal) if a == "JOURNAL" else a for a in args]
-    env = {"CSTP_DATABASE_URL": CLOSED_PG.format(port=free_port),
-           "CSTP_DATA_DIR": str(tmp_path / "data")}
+    env = {
+        "CSTP_DATABASE_URL": CLOSED_PG.format(port=free_port),
+        "CSTP_DATA_DIR": str(tmp_path / "data"),
+    }
     outcome = _checked(_subprocess(args, env))
     if args == ["serve"]:  # the server's own logging (INFO) may come first
         outcome.stderr = outcome.stderr.strip().splitlines()[-1]
@@ -306,10 +341,14 @@ def test_an_unreachable_postgres_is_one_line(
 def test_debug_shows_the_traceback_of_an_unreachable_postgres(
     tmp_path: Path, free_port: int
 ) -> None:
-    env = {"CSTP_DATABASE_URL": CLOSED_PG.format(port=free_port),
-           "CSTP_DATA_DIR": str(tmp_path / "data")}
-    for args, extra in ((["--debug", "db", "current"], {}),
-                        (["db", "current"], {"CSTP_LOG_LEVEL": "debug"})):
+    env = {
+        "CSTP_DATABASE_URL": CLOSED_PG.format(port=free_port),
+        "CSTP_DATA_DIR": str(tmp_path / "data"),
+    }
+    for args, extra in (
+        (["--debug", "db", "current"], {}),
+        (["db", "current"], {"CSTP_LOG_LEVEL": "debug"}),
+    ):
         outcome = _subprocess(args, {**env, **extra})
         assert outcome.code != 0
         assert "Traceback (most recent call last)" in outcome.stderr, outcome
@@ -323,8 +362,7 @@ def test_a_postgres_database_that_does_not_exist_is_one_line(
     url = _with_db(PG_URL, f"cstp_missing_{uuid.uuid4().hex[:8]}")
     env = {"CSTP_DATABASE_URL": url, "CSTP_DATA_DIR": str(tmp_path / "data")}
     for args in (["db", "upgrade"], ["outbox"], ["db", "current"]):
-        _one_line_failure(_invoke(runner, args, env), "cannot open the database",
-                          "does not exist")
+        _one_line_failure(_invoke(runner, args, env), "cannot open the database", "does not exist")
 
 
 def test_import_with_chroma_out_of_reach_stores_the_rows_and_says_what_is_left(
@@ -358,21 +396,29 @@ def test_a_bug_is_one_line_and_debug_lets_the_traceback_through(
     outcome = _invoke(runner, ["export"], install.env)
     lines = outcome.stderr.strip().splitlines()
     assert outcome.code == 1 and lines[-1] == (
-        "Error: internal error (RuntimeError); run with --debug for the traceback"), outcome
+        "Error: internal error (RuntimeError); run with --debug for the traceback"
+    ), outcome
     assert "a bug" not in outcome.stderr
     debug = runner.invoke(main, ["--debug", "export"], env=install.env)
     assert isinstance(debug.exception, RuntimeError)  # python prints its traceback
 
 
-@pytest.mark.parametrize(("args", "env", "fragment"), [
-    (["outbox"], {"CSTP_PORT": "x"}, "CSTP_PORT must be a whole number"),
-    (["db", "upgrade"], {"CSTP_DATABASE_URL": "mysql://x"}, "CSTP_DATABASE_URL must start"),
-    (["export"], {"CSTP_RATE_LIMITS": "nonsense"}, "CSTP_RATE_LIMITS"),
-    (["db", "upgrade", "0999"], {}, "0999"),
-    (["import", "NOWHERE"], {}, "no such directory"),
-])
+@pytest.mark.parametrize(
+    ("args", "env", "fragment"),
+    [
+        (["outbox"], {"CSTP_PORT": "x"}, "CSTP_PORT must be a whole number"),
+        (["db", "upgrade"], {"CSTP_DATABASE_URL": "mysql://x"}, "CSTP_DATABASE_URL must start"),
+        (["export"], {"CSTP_RATE_LIMITS": "nonsense"}, "CSTP_RATE_LIMITS"),
+        (["db", "upgrade", "0999"], {}, "0999"),
+        (["import", "NOWHERE"], {}, "no such directory"),
+    ],
+)
 def test_a_mistake_is_one_line(
-    runner: CliRunner, install: Install, tmp_path: Path, args: list[str], env: dict[str, str],
+    runner: CliRunner,
+    install: Install,
+    tmp_path: Path,
+    args: list[str],
+    env: dict[str, str],
     fragment: str,
 ) -> None:
     args = [str(tmp_path / "nowhere") if a == "NOWHERE" else a for a in args]
@@ -382,8 +428,9 @@ def test_a_mistake_is_one_line(
 def test_a_client_command_without_its_server_or_token_is_one_line(
     tmp_path: Path, free_port: int
 ) -> None:
-    down = _subprocess(["list"], {"CSTP_URL": f"http://127.0.0.1:{free_port}",
-                                  "CSTP_TOKEN": "t"}, timeout=60)
+    down = _subprocess(
+        ["list"], {"CSTP_URL": f"http://127.0.0.1:{free_port}", "CSTP_TOKEN": "t"}, timeout=60
+    )
     _one_line_failure(down, "cannot reach the CSTP server", "connection refused")
     no_token = _subprocess(["list"], {"CSTP_URL": f"http://127.0.0.1:{free_port}"}, timeout=60)
     _one_line_failure(no_token, "no token")

@@ -61,13 +61,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("client-cli")
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CSTP_")}
-    env.update({
-        "CSTP_DATA_DIR": str(root / "data"),
-        "CSTP_DECISIONS_DIR": str(root / "decisions"),
-        "CSTP_AUTH_TOKENS": f"alice:{TOKEN}",
-        "CSTP_RATE_LIMITS": "default=100000/1",
-        "CSTP_LOG_LEVEL": "WARNING",
-    })
+    env.update(
+        {
+            "CSTP_DATA_DIR": str(root / "data"),
+            "CSTP_DECISIONS_DIR": str(root / "decisions"),
+            "CSTP_AUTH_TOKENS": f"alice:{TOKEN}",
+            "CSTP_RATE_LIMITS": "default=100000/1",
+            "CSTP_LOG_LEVEL": "WARNING",
+        }
+    )
     db_name = None
     if USE_PG:
         db_name = f"cstp_cli_{uuid.uuid4().hex[:12]}"
@@ -77,12 +79,16 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log = log_path.open("wb")
     proc = subprocess.Popen(
         [str(CSTP), "serve", "--host", "127.0.0.1", "--port", str(port)],
-        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=root,
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_until_up(proc, f"{base}/health", START_TIMEOUT,
-                      lambda: log_path.read_text(errors="replace"))
+        wait_until_up(
+            proc, f"{base}/health", START_TIMEOUT, lambda: log_path.read_text(errors="replace")
+        )
         yield base
     finally:
         proc.terminate()
@@ -146,20 +152,48 @@ def field(text: str, key: str) -> str:
 
 def test_record_get_list_query_check_announce_review(cli: Any) -> None:
     # record: human output, then --json
-    out = ok(cli(
-        "record", "Use PostgreSQL for agent memory storage", "--confidence", "0.85",
-        "--category", "architecture", "--stakes", "high",
-        "--context", "Choosing database for long-term agent memory",
-        "--reason", "analysis:ACID compliance needed", "--reason", "pattern:worked: before",
-        "--tag", "database", "--tag", "infra", "--review-in", "30d", "--project", "memory",
-    ))
+    out = ok(
+        cli(
+            "record",
+            "Use PostgreSQL for agent memory storage",
+            "--confidence",
+            "0.85",
+            "--category",
+            "architecture",
+            "--stakes",
+            "high",
+            "--context",
+            "Choosing database for long-term agent memory",
+            "--reason",
+            "analysis:ACID compliance needed",
+            "--reason",
+            "pattern:worked: before",
+            "--tag",
+            "database",
+            "--tag",
+            "infra",
+            "--review-in",
+            "30d",
+            "--project",
+            "memory",
+        )
+    )
     pg_id = field(out, "recorded")
     assert len(pg_id) == 8 and field(out, "indexed") == "yes"
     assert field(out, "path").endswith(f"decision-{pg_id}.yaml")
-    recorded = as_json(cli(
-        "record", "Adopt ruff as the only linter — «fast»", "--confidence", "0",
-        "--category", "tooling", "--stakes", "low", "--json",
-    ))
+    recorded = as_json(
+        cli(
+            "record",
+            "Adopt ruff as the only linter — «fast»",
+            "--confidence",
+            "0",
+            "--category",
+            "tooling",
+            "--stakes",
+            "low",
+            "--json",
+        )
+    )
     assert recorded["success"] is True and recorded["indexed"] is True
     ruff_id = recorded["id"]
 
@@ -196,52 +230,133 @@ def test_record_get_list_query_check_announce_review(cli: Any) -> None:
     assert header.split()[-1] == "DISTANCE"
     assert out.splitlines()[1].startswith(pg_id)
     assert "    - analysis (0.8): ACID compliance needed" in out
-    found = as_json(cli("query", "database for agent memory", "--category", "architecture",
-                        "--stakes", "high", "--stakes", "critical", "--min-confidence", "0.5",
-                        "--tag", "database", "--no-outcome", "--json"))
+    found = as_json(
+        cli(
+            "query",
+            "database for agent memory",
+            "--category",
+            "architecture",
+            "--stakes",
+            "high",
+            "--stakes",
+            "critical",
+            "--min-confidence",
+            "0.5",
+            "--tag",
+            "database",
+            "--no-outcome",
+            "--json",
+        )
+    )
     assert [d["id"] for d in found["decisions"]] == [pg_id]
     assert 0 <= found["decisions"][0]["distance"] < 1
     out = ok(cli("query", "database for agent memory", "--has-outcome"))
     assert out.startswith("no decisions match")
 
     # check: verdict, violations with suggestions, warnings; facts parsed as JSON values
-    out = ok(cli("check", "Deploy authentication service to production", "--stakes", "high",
-                 "--confidence", "0.85", "--context", "affects_production=true",
-                 "--context", "code_review=false"))
+    out = ok(
+        cli(
+            "check",
+            "Deploy authentication service to production",
+            "--stakes",
+            "high",
+            "--confidence",
+            "0.85",
+            "--context",
+            "affects_production=true",
+            "--context",
+            "code_review=false",
+        )
+    )
     assert field(out, "allowed") == "no"
     assert field(out, "violations") == "1"
     assert "  - [block] production-needs-code-review: " in out
     assert "    suggestion: Get the change reviewed first" in out
     assert "  - [warn] prefer-staged-rollout: " in out
-    verdict = as_json(cli("check", "Deploy authentication service to production",
-                          "--stakes", "high", "--confidence", "0.85",
-                          "--context", "affects_production=true",
-                          "--context", "code_review=true", "--json"))
+    verdict = as_json(
+        cli(
+            "check",
+            "Deploy authentication service to production",
+            "--stakes",
+            "high",
+            "--confidence",
+            "0.85",
+            "--context",
+            "affects_production=true",
+            "--context",
+            "code_review=true",
+            "--json",
+        )
+    )
     assert verdict["allowed"] is True and verdict["violations"] == []
     assert [w["guardrailId"] for w in verdict["warnings"]] == ["prefer-staged-rollout"]
 
     # announce: similar decisions, the guardrail verdict, suggestions
-    out = ok(cli("announce", "Choose a database for agent memory", "--category", "architecture",
-                 "--stakes", "high", "--confidence", "0.8", "--correlation-id", "intent-cli-1",
-                 "--context", "long-term memory", "--meta", "affects_production=true",
-                 "--meta", "code_review=true"))
+    out = ok(
+        cli(
+            "announce",
+            "Choose a database for agent memory",
+            "--category",
+            "architecture",
+            "--stakes",
+            "high",
+            "--confidence",
+            "0.8",
+            "--correlation-id",
+            "intent-cli-1",
+            "--context",
+            "long-term memory",
+            "--meta",
+            "affects_production=true",
+            "--meta",
+            "code_review=true",
+        )
+    )
     assert field(out, "correlationId") == "intent-cli-1"
     assert field(out, "allowed") == "yes" and field(out, "violations") == "0"
     assert field(out, "similar decisions") == "1"
     assert f"  {pg_id}  Use PostgreSQL for agent memory storage" in out
     assert "suggestions:" in out and field(out, "respondingAgent")
-    again = as_json(cli("announce", "Choose a database for agent memory", "--category",
-                        "architecture", "--stakes", "high", "--confidence", "0.8",
-                        "--correlation-id", "intent-cli-1", "--context", "long-term memory",
-                        "--meta", "affects_production=true", "--meta", "code_review=true",
-                        "--json"))
+    again = as_json(
+        cli(
+            "announce",
+            "Choose a database for agent memory",
+            "--category",
+            "architecture",
+            "--stakes",
+            "high",
+            "--confidence",
+            "0.8",
+            "--correlation-id",
+            "intent-cli-1",
+            "--context",
+            "long-term memory",
+            "--meta",
+            "affects_production=true",
+            "--meta",
+            "code_review=true",
+            "--json",
+        )
+    )
     assert again["correlationId"] == "intent-cli-1"
     assert again["similarDecisions"][0]["id"] == pg_id
 
     # review, then the decision shows it
-    out = ok(cli("review", pg_id, "failure", "--result", "Connection pool exhausted",
-                 "--lessons", "Size the pool for peak load", "--notes", "Rolled back",
-                 "--kpi", "latency=+40%"))
+    out = ok(
+        cli(
+            "review",
+            pg_id,
+            "failure",
+            "--result",
+            "Connection pool exhausted",
+            "--lessons",
+            "Size the pool for peak load",
+            "--notes",
+            "Rolled back",
+            "--kpi",
+            "latency=+40%",
+        )
+    )
     assert field(out, "reviewed") == pg_id and field(out, "status") == "reviewed"
     assert field(out, "outcome") == "failure"
     reviewed = as_json(cli("review", ruff_id, "success", "--json"))
@@ -250,10 +365,15 @@ def test_record_get_list_query_check_announce_review(cli: Any) -> None:
     assert field(out, "status") == "reviewed" and field(out, "outcome") == "failure"
     assert field(out, "reviews") == "1"
     assert "    lessons: Size the pool for peak load" in out
-    assert rows(ok(cli("list", "--status", "reviewed", "--sort", "confidence",
-                       "--order", "asc")))[pg_id][-1] == "failure"
-    announced = as_json(cli("announce", "Pick storage for agent memory", "--category",
-                            "architecture", "--json"))
+    assert (
+        rows(ok(cli("list", "--status", "reviewed", "--sort", "confidence", "--order", "asc")))[
+            pg_id
+        ][-1]
+        == "failure"
+    )
+    announced = as_json(
+        cli("announce", "Pick storage for agent memory", "--category", "architecture", "--json")
+    )
     assert announced["similarDecisions"][0]["notes"] == "Size the pool for peak load"
 
 
@@ -261,8 +381,9 @@ def test_calibration_worked_example(cli: Any) -> None:
     """SPEC's example: six at 0.75, four successes, two failures."""
     for index, outcome in enumerate(["success"] * 4 + ["failure"] * 2):
         decision = f"Calibration sample {index}: pick a process for release notes"
-        made = as_json(cli("record", decision, "--confidence", "0.75", "--category", "process",
-                           "--json"))
+        made = as_json(
+            cli("record", decision, "--confidence", "0.75", "--category", "process", "--json")
+        )
         ok(cli("review", made["id"], outcome))
     out = ok(cli("calibration", "--category", "process", "--group-by", "category"))
     assert field(out, "brierScore") == "0.229"
@@ -272,8 +393,18 @@ def test_calibration_worked_example(cli: Any) -> None:
     assert field(out, "decisions").startswith("6 scored")
     assert "  0.7-0.8  6 " in out and "recommendations:" in out
     assert "  process " in out.split("by category:")[1]
-    data = as_json(cli("calibration", "--category", "process", "--agent", "alice",
-                       "--min-decisions", "6", "--json"))
+    data = as_json(
+        cli(
+            "calibration",
+            "--category",
+            "process",
+            "--agent",
+            "alice",
+            "--min-decisions",
+            "6",
+            "--json",
+        )
+    )
     assert data["brierScore"] == 0.229 and data["interpretation"] == "slightly_overconfident"
     few = as_json(cli("calibration", "--category", "process", "--min-decisions", "7", "--json"))
     assert few["interpretation"] == "insufficient_data"
@@ -296,8 +427,9 @@ def test_guardrails(cli: Any) -> None:
 def test_unreachable_server_is_one_line(cli: Any) -> None:
     port = _free_port()  # nothing listens there
     line = fails(cli("list", url=f"http://127.0.0.1:{port}"))
-    assert line == (f"cannot reach the CSTP server at http://127.0.0.1:{port}/cstp: "
-                    "connection refused")
+    assert line == (
+        f"cannot reach the CSTP server at http://127.0.0.1:{port}/cstp: connection refused"
+    )
 
 
 def test_wrong_or_missing_token(cli: Any) -> None:
@@ -315,8 +447,18 @@ def test_invalid_params_name_the_field(cli: Any) -> None:
     assert line.startswith("error -32602 Invalid params: limit")
     assert fails(cli("get", "nothex!")).startswith("error -32602 Invalid params: id")
     assert fails(cli("get", "00000000")) == "error -32007 Decision not found: no decision 00000000"
-    line = fails(cli("record", "x", "--confidence", "0.5", "--category", "process",
-                     "--reason", "hunch:felt right"))
+    line = fails(
+        cli(
+            "record",
+            "x",
+            "--confidence",
+            "0.5",
+            "--category",
+            "process",
+            "--reason",
+            "hunch:felt right",
+        )
+    )
     assert line.startswith("error -32602 Invalid params: reasons[0].type")
 
 
@@ -340,10 +482,20 @@ def test_helpers() -> None:
     assert endpoint("http://h:1") == endpoint("http://h:1/cstp/") == "http://h:1/cstp"
     assert endpoint("h:1") == "http://h:1/cstp"
     assert parse_pairs(["a=true", "b=3", "c=0.5", "d=x y", "e=", "f=[1]"], "--x") == {
-        "a": True, "b": 3, "c": 0.5, "d": "x y", "e": "", "f": [1]}
-    assert rpc_error_line({"code": -32602, "message": "Invalid params", "data": {
-        "errors": [{"field": "a", "error": "bad"}, {"field": "b", "error": "worse"}]}}) == (
-        "error -32602 Invalid params: a bad; b worse")
-    assert rpc_error_line({"code": -32002, "message": "Rate limited",
-                           "data": {"retryAfterMs": 1500}}) == (
-        "error -32002 Rate limited: retry in 1.5 s")
+        "a": True,
+        "b": 3,
+        "c": 0.5,
+        "d": "x y",
+        "e": "",
+        "f": [1],
+    }
+    assert rpc_error_line(
+        {
+            "code": -32602,
+            "message": "Invalid params",
+            "data": {"errors": [{"field": "a", "error": "bad"}, {"field": "b", "error": "worse"}]},
+        }
+    ) == ("error -32602 Invalid params: a bad; b worse")
+    assert rpc_error_line(
+        {"code": -32002, "message": "Rate limited", "data": {"retryAfterMs": 1500}}
+    ) == ("error -32002 Rate limited: retry in 1.5 s")

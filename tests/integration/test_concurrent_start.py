@@ -53,8 +53,11 @@ async def test_processes_upgrading_a_fresh_database_together_all_succeed(
 ) -> None:
     start = time.time() + 4  # after every interpreter has imported the app
     procs = [
-        subprocess.Popen([sys.executable, "-c", UPGRADE_AT, empty_database, str(start)],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        subprocess.Popen(
+            [sys.executable, "-c", UPGRADE_AT, empty_database, str(start)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
         for _ in range(PROCESSES)
     ]
     outputs = [p.communicate(timeout=120)[0].decode(errors="replace") for p in procs]

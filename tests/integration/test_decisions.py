@@ -38,10 +38,34 @@ ID_RE = re.compile(r"^[0-9a-f]{8}$")
 ISO_UTC_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|\+00:00)$")
 CAMEL_RE = re.compile(r"^[a-z][a-zA-Z0-9]*$")
 SECTION3_ORDER = [
-    "id", "summary", "decision", "category", "confidence", "stakes", "status", "date",
-    "context", "reasons", "kpi_indicators", "mental_state", "review_by", "tags",
-    "pre_decision", "recorded_by", "project", "feature", "pr", "file", "line", "commit",
-    "outcome", "reviewed_at", "reviewed_by", "actual_result", "lessons", "review_notes",
+    "id",
+    "summary",
+    "decision",
+    "category",
+    "confidence",
+    "stakes",
+    "status",
+    "date",
+    "context",
+    "reasons",
+    "kpi_indicators",
+    "mental_state",
+    "review_by",
+    "tags",
+    "pre_decision",
+    "recorded_by",
+    "project",
+    "feature",
+    "pr",
+    "file",
+    "line",
+    "commit",
+    "outcome",
+    "reviewed_at",
+    "reviewed_by",
+    "actual_result",
+    "lessons",
+    "review_notes",
     "affected_kpis",
 ]
 UNRELATED = [
@@ -64,8 +88,11 @@ def yaml_files(root: Path) -> dict[str, bytes]:
     """Every file under ``root`` (not only *.yaml: stray temp files must show up too)."""
     if not root.exists():
         return {}
-    return {p.relative_to(root).as_posix(): p.read_bytes()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def assert_section3_order(doc: dict[str, Any]) -> None:
@@ -82,8 +109,9 @@ async def outbox_rows(client: AppClient) -> list[tuple[str, str, str]]:
     services = client.app.state.services
     async with services.db.transaction(write=False) as session:
         rows = await session.execute(
-            select(OutboxEvent.kind, OutboxEvent.decision_id, OutboxEvent.status)
-            .order_by(OutboxEvent.id)
+            select(OutboxEvent.kind, OutboxEvent.decision_id, OutboxEvent.status).order_by(
+                OutboxEvent.id
+            )
         )
         return [(k, d, s) for k, d, s in rows.all()]
 
@@ -123,9 +151,22 @@ async def test_seed_example_is_recorded_exported_and_findable_at_once(
     assert path.is_file()
     doc = yaml.safe_load(raw.decode("utf-8"))
     expected_keys = [
-        "id", "summary", "decision", "category", "confidence", "stakes", "status", "date",
-        "context", "reasons", "kpi_indicators", "mental_state", "review_by", "tags",
-        "pre_decision", "recorded_by",
+        "id",
+        "summary",
+        "decision",
+        "category",
+        "confidence",
+        "stakes",
+        "status",
+        "date",
+        "context",
+        "reasons",
+        "kpi_indicators",
+        "mental_state",
+        "review_by",
+        "tags",
+        "pre_decision",
+        "recorded_by",
     ]
     assert list(doc) == expected_keys  # SPEC section 3's order, nothing empty, nothing extra
     assert doc["id"] == result["id"]
@@ -139,15 +180,16 @@ async def test_seed_example_is_recorded_exported_and_findable_at_once(
     assert doc["context"] == seed_decision["context"]
     assert doc["reasons"] == [
         {"type": "analysis", "text": "ACID compliance needed for consistency", "strength": 0.9},
-        {"type": "pattern", "text": "Similar to prior successful database choice",
-         "strength": 0.7},
+        {"type": "pattern", "text": "Similar to prior successful database choice", "strength": 0.7},
     ]
     assert doc["kpi_indicators"] == ["latency", "consistency"]
     assert doc["mental_state"] == "deliberate"
     assert parse_ts(str(doc["review_by"])) == when + timedelta(days=30)
     assert doc["tags"] == ["database", "infrastructure"]
     assert doc["pre_decision"] == {
-        "query_run": True, "similar_found": 2, "guardrails_checked": True,
+        "query_run": True,
+        "similar_found": 2,
+        "guardrails_checked": True,
         "guardrails_passed": True,
     }
     assert doc["recorded_by"] == "alice"
@@ -167,8 +209,14 @@ async def test_seed_example_is_recorded_exported_and_findable_at_once(
 async def test_get_decision_returns_every_stored_field_camel_case(
     rpc: Any, seed_decision: dict[str, Any]
 ) -> None:
-    project = {"project": "cstp", "feature": "F007", "pr": 42, "file": "app/x.py", "line": 7,
-               "commit": "abc1234"}
+    project = {
+        "project": "cstp",
+        "feature": "F007",
+        "pr": 42,
+        "file": "app/x.py",
+        "line": 7,
+        "commit": "abc1234",
+    }
     result = await rpc.ok("cstp.recordDecision", {**seed_decision, **project})
     answer = await rpc.ok("cstp.getDecision", {"id": result["id"]})
     assert answer["found"] is True
@@ -225,6 +273,7 @@ def _reason(**changes: Any) -> Callable[[dict[str, Any]], dict[str, Any]]:
         first = {**p["reasons"][0], **changes}
         first = {k: v for k, v in first.items() if v is not ...}
         return {**p, "reasons": [first, *p["reasons"][1:]]}
+
     return apply
 
 
@@ -254,8 +303,12 @@ INVALID = [
     ("mutate", "field"), [(m, f) for _n, m, f in INVALID], ids=[n for n, _m, _f in INVALID]
 )
 async def test_invalid_params_name_the_field_and_write_nothing(
-    rpc: Any, client: Any, settings: Settings, seed_decision: dict[str, Any],
-    mutate: Callable[[dict[str, Any]], dict[str, Any]], field: str,
+    rpc: Any,
+    client: Any,
+    settings: Settings,
+    seed_decision: dict[str, Any],
+    mutate: Callable[[dict[str, Any]], dict[str, Any]],
+    field: str,
 ) -> None:
     error = await rpc.error("cstp.recordDecision", mutate(seed_decision))
     assert error["code"] == -32602
@@ -275,9 +328,14 @@ async def test_zero_confidence_is_a_value(rpc: Any, settings: Settings) -> None:
     assert doc["confidence"] == 0.0 and isinstance(doc["confidence"], float)
     assert result["indexed"] is True
     for whole in (0, 1):  # JSON integers are numbers too
-        other = await rpc.ok("cstp.recordDecision", simple("Whole confidence", confidence=whole,
-                                                           reasons=[{"type": "analysis",
-                                                                     "text": "no strength"}]))
+        other = await rpc.ok(
+            "cstp.recordDecision",
+            simple(
+                "Whole confidence",
+                confidence=whole,
+                reasons=[{"type": "analysis", "text": "no strength"}],
+            ),
+        )
         got = (await rpc.ok("cstp.getDecision", {"id": other["id"]}))["decision"]
         assert got["confidence"] == float(whole)
         assert got["reasons"] == [{"type": "analysis", "text": "no strength", "strength": 0.8}]
@@ -288,10 +346,20 @@ async def test_unknown_params_are_ignored_and_null_means_absent(
 ) -> None:
     params = {
         **simple("Adopt trunk-based development"),
-        "bogus": {"nested": [1, 2]}, "agent": {"id": "mallory"}, "retrievalMode": "semantic",
-        "stakes": None, "context": None, "reasons": None, "kpiIndicators": None,
-        "mentalState": None, "reviewIn": None, "tags": None, "preDecision": None,
-        "project": None, "pr": None, "line": None,
+        "bogus": {"nested": [1, 2]},
+        "agent": {"id": "mallory"},
+        "retrievalMode": "semantic",
+        "stakes": None,
+        "context": None,
+        "reasons": None,
+        "kpiIndicators": None,
+        "mentalState": None,
+        "reviewIn": None,
+        "tags": None,
+        "preDecision": None,
+        "project": None,
+        "pr": None,
+        "line": None,
     }
     result = await rpc.ok("cstp.recordDecision", params)
     d = (await rpc.ok("cstp.getDecision", {"id": result["id"]}))["decision"]
@@ -301,27 +369,43 @@ async def test_unknown_params_are_ignored_and_null_means_absent(
     assert d["context"] is None and d["mentalState"] is None and d["reviewBy"] is None
     assert "bogus" not in d
     doc = yaml.safe_load(yaml_of(settings, result)[1])
-    assert list(doc) == ["id", "summary", "decision", "category", "confidence", "stakes",
-                         "status", "date", "recorded_by"]
+    assert list(doc) == [
+        "id",
+        "summary",
+        "decision",
+        "category",
+        "confidence",
+        "stakes",
+        "status",
+        "date",
+        "recorded_by",
+    ]
 
 
 async def test_project_context_fills_in_the_project_fields_only(rpc: Any) -> None:
     """SPEC section 2: project_context is "an object holding the project fields"; it is no
     back door for the other params."""
     base = {"decision": "Cache embeddings on disk", "category": "tooling"}
-    sneaked = await rpc.error("cstp.recordDecision", dict(
-        base, project_context={"confidence": 0.9, "project": "p1"}))
+    sneaked = await rpc.error(
+        "cstp.recordDecision", dict(base, project_context={"confidence": 0.9, "project": "p1"})
+    )
     assert sneaked["code"] == -32602 and sneaked["data"]["field"] == "confidence"
     for not_an_object in ("p1", ["p1"], 3):
-        error = await rpc.error("cstp.recordDecision", dict(
-            base, confidence=0.9, project_context=not_an_object))
+        error = await rpc.error(
+            "cstp.recordDecision", dict(base, confidence=0.9, project_context=not_an_object)
+        )
         assert error["code"] == -32602, not_an_object
         assert error["data"]["field"] == "project_context", not_an_object
-    wrong = await rpc.error("cstp.recordDecision", dict(
-        base, confidence=0.9, project_context={"pr": "abc"}))
+    wrong = await rpc.error(
+        "cstp.recordDecision", dict(base, confidence=0.9, project_context={"pr": "abc"})
+    )
     assert wrong["data"]["field"] == "project_context.pr"
-    both = await rpc.ok("cstp.recordDecision", dict(
-        base, confidence=0.9, project="top", project_context={"project": "ctx", "feature": "f"}))
+    both = await rpc.ok(
+        "cstp.recordDecision",
+        dict(
+            base, confidence=0.9, project="top", project_context={"project": "ctx", "feature": "f"}
+        ),
+    )
     stored = (await rpc.ok("cstp.getDecision", {"id": both["id"]}))["decision"]
     assert stored["project"] == "top" and stored["feature"] == "f"
 
@@ -397,9 +481,12 @@ async def test_a_group_whose_commit_raised_after_the_database_committed_is_not_w
     event.listen(Session, "after_commit", lost_answer)
     try:
         async with app_client(settings, embedder) as (rpc, _client):
-            answers = await asyncio.gather(*(
-                rpc.ok("cstp.recordDecision", simple(f"Decision {n}: cache the embeddings"))
-                for n in range(3)))
+            answers = await asyncio.gather(
+                *(
+                    rpc.ok("cstp.recordDecision", simple(f"Decision {n}: cache the embeddings"))
+                    for n in range(3)
+                )
+            )
             assert armed["left"] == 0  # the fault did happen
             listed = await rpc.ok("cstp.listDecisions", {"limit": 50})
             assert listed["total"] == 3, listed
@@ -422,8 +509,7 @@ async def test_concurrent_records_drawing_a_taken_id_all_succeed(
         first = await rpc.ok("cstp.recordDecision", simple("Kept: the first decision"))
         assert first["id"] == "aaaaaaaa"
         texts = [f"Concurrent decision {n} about message queue {n}" for n in range(6)]
-        answers = await asyncio.gather(
-            *(rpc.ok("cstp.recordDecision", simple(t)) for t in texts))
+        answers = await asyncio.gather(*(rpc.ok("cstp.recordDecision", simple(t)) for t in texts))
         ids = [a["id"] for a in answers]
         assert len(set(ids)) == 6 and "aaaaaaaa" not in ids
         assert all(a["success"] is True and a["indexed"] is True for a in answers)
@@ -452,11 +538,19 @@ async def test_id_taken_by_a_concurrent_uncommitted_insert_is_redrawn(
             await rpc.ok("cstp.recordDecision", simple("Warm-up decision"))
             async with AsyncSession(other) as session:
                 await session.begin()
-                session.add(Decision(
-                    id="aaaaaaaa", summary="Held by another writer", decision="Held by another "
-                    "writer", category="process", confidence=0.5, stakes="medium",
-                    status="pending", created_at=datetime.now(UTC), recorded_by="bob",
-                ))
+                session.add(
+                    Decision(
+                        id="aaaaaaaa",
+                        summary="Held by another writer",
+                        decision="Held by another writer",
+                        category="process",
+                        confidence=0.5,
+                        stakes="medium",
+                        status="pending",
+                        created_at=datetime.now(UTC),
+                        recorded_by="bob",
+                    )
+                )
                 await session.flush()
                 call = asyncio.create_task(
                     rpc.call("cstp.recordDecision", simple("Mine: use Redis"))
@@ -503,8 +597,10 @@ async def _until_blocked_on_a_lock(settings: Settings, call: asyncio.Task[Any]) 
 async def test_fifty_concurrent_records(
     rpc: Any, client: Any, services: Any, settings: Settings
 ) -> None:
-    params = [simple(f"Concurrent decision number {n} about caching layer {n}", tags=[f"n{n}"])
-              for n in range(50)]
+    params = [
+        simple(f"Concurrent decision number {n} about caching layer {n}", tags=[f"n{n}"])
+        for n in range(50)
+    ]
     answers = await asyncio.gather(*(rpc.call("cstp.recordDecision", p) for p in params))
     assert all("result" in a for a in answers), [a for a in answers if "result" not in a]
     results = [a["result"] for a in answers]
@@ -530,12 +626,22 @@ async def test_more_concurrent_linked_records_than_database_connections(
     30 s checkout timeout."""
     n = 30
     for i in range(n):
-        await rpc.ok("cstp.announceIntent", {"intent": f"Cache layer {i} for the search API",
-                                             "correlationId": f"linked-{i}"})
-    answers = await asyncio.wait_for(asyncio.gather(*(
-        rpc.call("cstp.recordDecision",
-                 simple(f"Add cache layer {i} to the search API", correlationId=f"linked-{i}"))
-        for i in range(n))), timeout=20)
+        await rpc.ok(
+            "cstp.announceIntent",
+            {"intent": f"Cache layer {i} for the search API", "correlationId": f"linked-{i}"},
+        )
+    answers = await asyncio.wait_for(
+        asyncio.gather(
+            *(
+                rpc.call(
+                    "cstp.recordDecision",
+                    simple(f"Add cache layer {i} to the search API", correlationId=f"linked-{i}"),
+                )
+                for i in range(n)
+            )
+        ),
+        timeout=20,
+    )
     assert all("result" in a for a in answers), [a for a in answers if "result" not in a]
     ids = [a["result"]["id"] for a in answers]
     assert len(set(ids)) == n
@@ -570,8 +676,6 @@ async def test_cancelling_a_drain_leaves_the_calls_it_waited_for_alone(
 
 
 # ---------------------------------------------------------------- 6. vector index outage
-
-
 
 
 async def test_index_outage_is_healed_by_the_relay_without_help(
@@ -618,14 +722,22 @@ async def test_index_outage_is_healed_by_the_relay_without_help(
 
 
 async def test_export_all_rebuilds_a_byte_identical_tree(
-    rpc: Any, services: Any, settings: Settings, embedder: Embedder,
+    rpc: Any,
+    services: Any,
+    settings: Settings,
+    embedder: Embedder,
     seed_decision: dict[str, Any],
 ) -> None:
     await rpc.ok("cstp.recordDecision", seed_decision)
-    unicode = await rpc.ok("cstp.recordDecision", simple(
-        "Entscheidung: café ☕", context="Grüße aus Köln — naïve “quotes”",
-        tags=["ünïcode"], reasons=[{"type": "intuition", "text": "Ça va ✓"}],
-    ))
+    unicode = await rpc.ok(
+        "cstp.recordDecision",
+        simple(
+            "Entscheidung: café ☕",
+            context="Grüße aus Köln — naïve “quotes”",
+            tags=["ünïcode"],
+            reasons=[{"type": "intuition", "text": "Ça va ✓"}],
+        ),
+    )
     for text in UNRELATED:
         await rpc.ok("cstp.recordDecision", simple(text, confidence=0.0))
     before = yaml_files(settings.decisions_dir)
@@ -637,8 +749,7 @@ async def test_export_all_rebuilds_a_byte_identical_tree(
     assert yaml_files(settings.decisions_dir) == {}
 
     reports: list[tuple[int, int]] = []
-    count = await bulk.export_all(services, progress=lambda d, t: reports.append((d, t)),
-                                  batch=2)
+    count = await bulk.export_all(services, progress=lambda d, t: reports.append((d, t)), batch=2)
     n = len(before)
     assert count == n
     for content in before.values():
@@ -687,8 +798,14 @@ LISTED = [
     ("Adopt weekly Retrospectives", "process", "low", "token-alice", ["db"], 0.5),
     ("Rotate API keys every 90 days", "security", "critical", "token-bob", ["infra", "sec"], 0.7),
     ("Use ruff as the linter", "tooling", "medium", "token-bob", [], 0.3),
-    ("Integrate with the POSTGRES replica", "integration", "medium", "token-alice",
-     ["db", "infra", "x"], 0.6),
+    (
+        "Integrate with the POSTGRES replica",
+        "integration",
+        "medium",
+        "token-alice",
+        ["db", "infra", "x"],
+        0.6,
+    ),
 ]
 STAKES_RANK = {"low": 0, "medium": 1, "high": 2, "critical": 3}
 
@@ -702,14 +819,30 @@ async def listed(
         rows = []
         for n, (text, category, stakes, token, tags, confidence) in enumerate(LISTED):
             clock.value = DAY0 + timedelta(days=n)
-            result = await rpc.ok("cstp.recordDecision", {
-                "decision": text, "category": category, "stakes": stakes, "tags": tags,
-                "confidence": confidence,
-            }, token=token)
-            rows.append({"id": result["id"], "text": text, "category": category,
-                         "stakes": stakes, "agent": token.removeprefix("token-"),
-                         "tags": tags, "confidence": confidence, "createdAt": clock.value,
-                         "status": "pending"})
+            result = await rpc.ok(
+                "cstp.recordDecision",
+                {
+                    "decision": text,
+                    "category": category,
+                    "stakes": stakes,
+                    "tags": tags,
+                    "confidence": confidence,
+                },
+                token=token,
+            )
+            rows.append(
+                {
+                    "id": result["id"],
+                    "text": text,
+                    "category": category,
+                    "stakes": stakes,
+                    "agent": token.removeprefix("token-"),
+                    "tags": tags,
+                    "confidence": confidence,
+                    "createdAt": clock.value,
+                    "status": "pending",
+                }
+            )
         clock.value = DAY0 + timedelta(days=10)
         reviewed = await rpc.ok("cstp.reviewDecision", {"id": rows[1]["id"], "outcome": "success"})
         assert reviewed["status"] == "reviewed"
@@ -745,16 +878,18 @@ async def test_list_filters(listed: tuple[Rpc, list[dict[str, Any]]]) -> None:
     assert await _listed_ids(rpc, dateFrom="2026-01-12") == _ids(rows, 2, 3, 4)
     assert await _listed_ids(rpc, dateTo="2026-01-13T00:00:00Z") == _ids(rows, 0, 1, 2)
     assert await _listed_ids(rpc, dateTo="2026-01-12") == _ids(rows, 0, 1, 2)  # through the day
-    assert await _listed_ids(rpc, dateFrom="2026-01-11T00:00:00Z",
-                             dateTo="2026-01-13T00:00:00+00:00") == _ids(rows, 1, 2)
+    assert await _listed_ids(
+        rpc, dateFrom="2026-01-11T00:00:00Z", dateTo="2026-01-13T00:00:00+00:00"
+    ) == _ids(rows, 1, 2)
     assert await _listed_ids(rpc, search="postgres") == _ids(rows, 0, 4)
     assert await _listed_ids(rpc, search="RETRO") == _ids(rows, 1)
     assert await _listed_ids(rpc, search="%") == set()  # LIKE wildcards are literal
     assert await _listed_ids(rpc, search="_") == set()
     assert await _listed_ids(rpc, agent="alice", tags=["infra"], stakes="high") == _ids(rows, 0)
 
-    answer = await rpc.ok("cstp.listDecisions", {"agent": "bob", "sort": "createdAt",
-                                                 "order": "asc"})
+    answer = await rpc.ok(
+        "cstp.listDecisions", {"agent": "bob", "sort": "createdAt", "order": "asc"}
+    )
     first = answer["decisions"][0]
     assert first["id"] == rows[2]["id"] and first["agent"] == "bob"
     assert first["category"] == "security" and first["stakes"] == "critical"
@@ -788,9 +923,7 @@ async def test_list_sorts_stakes_by_severity(listed: tuple[Rpc, list[dict[str, A
         assert got == _expected_order(rows, "stakes", order), order
 
 
-async def test_list_default_order_is_newest_first(
-    listed: tuple[Rpc, list[dict[str, Any]]]
-) -> None:
+async def test_list_default_order_is_newest_first(listed: tuple[Rpc, list[dict[str, Any]]]) -> None:
     rpc, rows = listed
     answer = await rpc.ok("cstp.listDecisions")
     assert [d["id"] for d in answer["decisions"]] == [r["id"] for r in reversed(rows)]
@@ -801,24 +934,36 @@ async def test_list_pagination(listed: tuple[Rpc, list[dict[str, Any]]]) -> None
     rpc, rows = listed
     pages = []
     for offset in (0, 2, 4, 6):
-        answer = await rpc.ok("cstp.listDecisions", {"limit": 2, "offset": offset,
-                                                     "sort": "createdAt", "order": "asc"})
+        answer = await rpc.ok(
+            "cstp.listDecisions",
+            {"limit": 2, "offset": offset, "sort": "createdAt", "order": "asc"},
+        )
         assert answer["total"] == 5 and answer["limit"] == 2 and answer["offset"] == offset
         pages.append([d["id"] for d in answer["decisions"]])
     assert [len(p) for p in pages] == [2, 2, 1, 0]
     assert sum(pages, []) == [r["id"] for r in rows]
-    filtered = await rpc.ok("cstp.listDecisions", {"tags": ["db"], "limit": 1, "offset": 1,
-                                                   "sort": "createdAt", "order": "asc"})
+    filtered = await rpc.ok(
+        "cstp.listDecisions",
+        {"tags": ["db"], "limit": 1, "offset": 1, "sort": "createdAt", "order": "asc"},
+    )
     assert filtered["total"] == 3
     assert [d["id"] for d in filtered["decisions"]] == [rows[1]["id"]]
 
 
 @pytest.mark.parametrize(
     ("params", "field"),
-    [({"limit": 0}, "limit"), ({"limit": 501}, "limit"), ({"offset": -1}, "offset"),
-     ({"sort": "title"}, "sort"), ({"order": "up"}, "order"), ({"stakes": "huge"}, "stakes"),
-     ({"status": "done"}, "status"), ({"tags": "db"}, "tags"),
-     ({"dateFrom": "yesterday"}, "dateFrom"), ({"dateTo": "2026-13-45"}, "dateTo")],
+    [
+        ({"limit": 0}, "limit"),
+        ({"limit": 501}, "limit"),
+        ({"offset": -1}, "offset"),
+        ({"sort": "title"}, "sort"),
+        ({"order": "up"}, "order"),
+        ({"stakes": "huge"}, "stakes"),
+        ({"status": "done"}, "status"),
+        ({"tags": "db"}, "tags"),
+        ({"dateFrom": "yesterday"}, "dateFrom"),
+        ({"dateTo": "2026-13-45"}, "dateTo"),
+    ],
 )
 async def test_list_rejects_bad_params(rpc: Any, params: dict[str, Any], field: str) -> None:
     error = await rpc.error("cstp.listDecisions", params)
@@ -839,5 +984,8 @@ async def test_snake_case_keys_inside_pre_decision_are_read(
     recorded = await rpc.ok("cstp.recordDecision", params)
     got = await rpc.ok("cstp.getDecision", {"id": recorded["id"]})
     assert got["decision"]["preDecision"] == {
-        "queryRun": True, "similarFound": 3, "guardrailsChecked": None, "guardrailsPassed": False,
+        "queryRun": True,
+        "similarFound": 3,
+        "guardrailsChecked": None,
+        "guardrailsPassed": False,
     }

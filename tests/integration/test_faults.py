@@ -47,11 +47,28 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 CATEGORIES = ("architecture", "process", "integration", "tooling", "security")
 # Words combined per call so every decision text is distinct in meaning, not only in a digit.
 VERBS = ("Adopt", "Retire", "Replace", "Split", "Cache", "Shard", "Audit", "Rewrite")
-THINGS = ("the billing queue", "the auth service", "feature flags", "the ORM layer",
-          "CI caches", "the search cluster", "nightly backups", "the payments API",
-          "the mobile gateway", "log retention")
-PLACES = ("in Berlin", "for the EU region", "before the launch", "after the audit",
-          "on weekends", "for partners", "in staging", "for the data team")
+THINGS = (
+    "the billing queue",
+    "the auth service",
+    "feature flags",
+    "the ORM layer",
+    "CI caches",
+    "the search cluster",
+    "nightly backups",
+    "the payments API",
+    "the mobile gateway",
+    "log retention",
+)
+PLACES = (
+    "in Berlin",
+    "for the EU region",
+    "before the launch",
+    "after the audit",
+    "on weekends",
+    "for partners",
+    "in staging",
+    "for the data team",
+)
 
 
 def decision_text(n: int) -> str:
@@ -74,8 +91,12 @@ def envelope(n: int, params: dict[str, Any], method: str = "cstp.recordDecision"
     return {"jsonrpc": "2.0", "id": n, "method": method, "params": params}
 
 
-async def poll_until(check: Callable[[], Awaitable[tuple[bool, Any]]], timeout: float, what: str,
-                   interval: float = 0.25) -> Any:
+async def poll_until(
+    check: Callable[[], Awaitable[tuple[bool, Any]]],
+    timeout: float,
+    what: str,
+    interval: float = 0.25,
+) -> Any:
     """Poll ``check`` (-> ``(reached, detail)``) until reached; return the detail. Fails with
     the last detail after ``timeout`` seconds; a component still coming back (the index, an
     HTTP server) counts as "not yet", any other error fails at once."""
@@ -104,8 +125,11 @@ def yaml_tree(root: Path) -> tuple[dict[str, Path], list[str]]:
     for path in sorted(root.rglob("*")):
         if not path.is_file():
             continue
-        if not (path.name.endswith(".yaml") and "-decision-" in path.name
-                and not path.name.startswith(".")):
+        if not (
+            path.name.endswith(".yaml")
+            and "-decision-" in path.name
+            and not path.name.startswith(".")
+        ):
             others.append(path.relative_to(root).as_posix())
             continue
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -122,24 +146,32 @@ async def sql_state(services: Services) -> tuple[list[str], list[tuple[str, str,
     """Every decision id (with repeats, if any) and every outbox event (kind, decision, status)."""
     async with services.db.transaction(write=False) as session:
         ids = list(await session.scalars(select(Decision.id).order_by(Decision.id)))
-        events = [(k, d, s) for k, d, s in (await session.execute(
-            select(OutboxEvent.kind, OutboxEvent.decision_id, OutboxEvent.status)
-            .order_by(OutboxEvent.id))).all()]
+        events = [
+            (k, d, s)
+            for k, d, s in (
+                await session.execute(
+                    select(OutboxEvent.kind, OutboxEvent.decision_id, OutboxEvent.status).order_by(
+                        OutboxEvent.id
+                    )
+                )
+            ).all()
+        ]
     return ids, events
 
 
 async def indexed_ids(index: VectorIndex, ids: list[str], chunk: int = 100) -> set[str]:
     found: set[str] = set()
     for start in range(0, len(ids), chunk):
-        found |= set(await index.get_metadata(ids[start:start + chunk]))
+        found |= set(await index.get_metadata(ids[start : start + chunk]))
     return found
 
 
 def assert_outbox_complete(ids: list[str], events: list[tuple[str, str, str]]) -> None:
     """Exactly one export and one index event per decision, all done."""
     per_decision = sorted((d, k) for k, d, _s in events)
-    assert per_decision == sorted(itertools.chain.from_iterable(
-        ((i, "export"), (i, "index")) for i in ids)), "outbox events are not one pair per decision"
+    assert per_decision == sorted(
+        itertools.chain.from_iterable(((i, "export"), (i, "index")) for i in ids)
+    ), "outbox events are not one pair per decision"
     not_done = [e for e in events if e[2] != "done"]
     assert not not_done, f"{len(not_done)} outbox event(s) not done: {not_done[:5]}"
 
@@ -181,7 +213,10 @@ class CstpServer:
             log.flush()
             self.proc = subprocess.Popen(
                 [str(CSTP), "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-                env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.cwd,
                 start_new_session=True,
             )
         try:
@@ -230,7 +265,8 @@ async def test_chroma_server_killed_and_restarted_mid_load_loses_nothing(
         async def worker() -> None:
             for n in numbers:
                 response = await asyncio.wait_for(
-                    http.post("/cstp", headers=AUTH, json=envelope(n, record_params(n))), 60)
+                    http.post("/cstp", headers=AUTH, json=envelope(n, record_params(n))), 60
+                )
                 assert response.status_code == 200, response.text
                 results[n] = response.json()
                 if len(results) >= kill_after:
@@ -246,8 +282,7 @@ async def test_chroma_server_killed_and_restarted_mid_load_loses_nothing(
             timeline["up_after"] = len(results)
 
         started = time.monotonic()
-        await asyncio.wait_for(
-            asyncio.gather(fault(), *(worker() for _ in range(workers))), 300)
+        await asyncio.wait_for(asyncio.gather(fault(), *(worker() for _ in range(workers))), 300)
         load_seconds = time.monotonic() - started
 
         failed = {n: a for n, a in results.items() if "result" not in a}
@@ -264,7 +299,9 @@ async def test_chroma_server_killed_and_restarted_mid_load_loses_nothing(
             counts = await services.relay.counts()
             count = await services.index.count()
             return counts["pending"] == 0 and counts["dead"] == 0 and count == total, (
-                counts, count)
+                counts,
+                count,
+            )
 
         heal_started = time.monotonic()
         await poll_until(healed, 90, "outbox drained and index complete")
@@ -278,17 +315,25 @@ async def test_chroma_server_killed_and_restarted_mid_load_loses_nothing(
         assert others == [], others
         for answer in answers:
             assert files[answer["id"]] == remote.decisions_dir / answer["path"].removeprefix(
-                "decisions/")
+                "decisions/"
+            )
         assert await services.index.count() == total
         assert await indexed_ids(services.index, ids) == set(ids)
         # the restarted server serves searches again, with the real metadata
         params = record_params(123)
-        hits = (await http.post("/cstp", headers=AUTH, json=envelope(
-            1, {"query": params["decision"], "limit": 3}, "cstp.queryDecisions"))).json()
+        hits = (
+            await http.post(
+                "/cstp",
+                headers=AUTH,
+                json=envelope(1, {"query": params["decision"], "limit": 3}, "cstp.queryDecisions"),
+            )
+        ).json()
         assert hits["result"]["decisions"][0]["id"] == ids[123]
-        print(f"\nchroma fault: {total} calls in {load_seconds:.1f} s, {not_indexed} answered "
-              f"indexed=false, healed {heal_seconds:.1f} s after the load, "
-              f"index failures seen {services.index.stats.failures}, timeline {timeline}")
+        print(
+            f"\nchroma fault: {total} calls in {load_seconds:.1f} s, {not_indexed} answered "
+            f"indexed=false, healed {heal_seconds:.1f} s after the load, "
+            f"index failures seen {services.index.stats.failures}, timeline {timeline}"
+        )
 
 
 # ---------------------------------------------------------------- 2. server killed mid-load
@@ -307,8 +352,9 @@ class Load:
     counter: itertools.count[int] = field(default_factory=itertools.count)
 
     async def client(self, target: int) -> None:
-        async with httpx.AsyncClient(base_url=self.base, headers=AUTH,
-                                     timeout=httpx.Timeout(30.0, connect=5.0)) as http:
+        async with httpx.AsyncClient(
+            base_url=self.base, headers=AUTH, timeout=httpx.Timeout(30.0, connect=5.0)
+        ) as http:
             while not self.killed.is_set():
                 n = next(self.counter)
                 try:
@@ -338,14 +384,16 @@ async def cstp_server(env: dict[str, str], port: int, root: Path) -> AsyncIterat
 
 def server_env(settings: Settings) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CSTP_")}
-    env.update({
-        "CSTP_DATABASE_URL": settings.database_url,
-        "CSTP_DATA_DIR": str(settings.data_dir),
-        "CSTP_DECISIONS_DIR": str(settings.decisions_dir),
-        "CSTP_AUTH_TOKENS": f"alice:{TOKEN}",
-        "CSTP_RATE_LIMITS": "default=100000/1",
-        "CSTP_LOG_LEVEL": "WARNING",
-    })
+    env.update(
+        {
+            "CSTP_DATABASE_URL": settings.database_url,
+            "CSTP_DATA_DIR": str(settings.data_dir),
+            "CSTP_DECISIONS_DIR": str(settings.decisions_dir),
+            "CSTP_AUTH_TOKENS": f"alice:{TOKEN}",
+            "CSTP_RATE_LIMITS": "default=100000/1",
+            "CSTP_LOG_LEVEL": "WARNING",
+        }
+    )
     return env
 
 
@@ -399,8 +447,9 @@ async def test_server_killed_mid_load_keeps_every_acknowledged_decision(
                 return outbox["pending"] == 0 and outbox["dead"] == 0, ready
 
             try:
-                ready = await poll_until(drained, 75, "the restarted server drained the outbox",
-                                         interval=0.5)
+                ready = await poll_until(
+                    drained, 75, "the restarted server drained the outbox", interval=0.5
+                )
             except AssertionError as exc:
                 raise AssertionError(f"{exc}\nserver log:\n{server.log()}") from None
             healed_after = time.monotonic() - killed_at
@@ -414,8 +463,11 @@ async def test_server_killed_mid_load_keeps_every_acknowledged_decision(
 
             listed: list[dict[str, Any]] = []
             while True:
-                page = await rpc(0, "cstp.listDecisions", {"limit": 500, "offset": len(listed),
-                                                           "sort": "createdAt", "order": "asc"})
+                page = await rpc(
+                    0,
+                    "cstp.listDecisions",
+                    {"limit": 500, "offset": len(listed), "sort": "createdAt", "order": "asc"},
+                )
                 assert page["decisions"] or len(listed) >= page["total"], page
                 listed += page["decisions"]
                 if len(listed) >= page["total"]:
@@ -451,9 +503,11 @@ async def test_server_killed_mid_load_keeps_every_acknowledged_decision(
     assert len(set(stored_texts)) == len(stored_texts)
     assert set(stored_texts) <= set(sent_texts), set(stored_texts) - set(sent_texts)
     assert {decision_text(n) for n in acked} <= set(stored_texts)
-    print(f"\nserver kill: {len(acked)} acknowledged, {len(load.lost)} lost in flight, "
-          f"{len(listed_ids)} stored, outbox drained {healed_after:.1f} s after the kill, "
-          f"temp files left by the kill: {len(others) - len(stray)}, phases (s) {phases}")
+    print(
+        f"\nserver kill: {len(acked)} acknowledged, {len(load.lost)} lost in flight, "
+        f"{len(listed_ids)} stored, outbox drained {healed_after:.1f} s after the kill, "
+        f"temp files left by the kill: {len(others) - len(stray)}, phases (s) {phases}"
+    )
 
 
 # ---------------------------------------------------------------- 3. two relays, one outbox
@@ -492,8 +546,14 @@ async def _insert_due_events(services: Services, count: int) -> list[str]:
         for n in range(count):
             text = decision_text(n)
             decision = Decision(
-                id=f"{n:08x}", summary=text, decision=text, category=CATEGORIES[n % 5],
-                confidence=0.5, stakes="medium", status="pending", created_at=now,
+                id=f"{n:08x}",
+                summary=text,
+                decision=text,
+                category=CATEGORIES[n % 5],
+                confidence=0.5,
+                stakes="medium",
+                status="pending",
+                created_at=now,
                 recorded_by="alice",
             )
             session.add(decision)
@@ -519,17 +579,28 @@ async def test_a_late_inline_pass_leaves_events_another_relay_claimed_alone(
             for n, key in enumerate(("claimed", "unclaimed")):
                 text = decision_text(n)
                 decisions[key] = Decision(
-                    id=f"{n:08x}", summary=text, decision=text, category=CATEGORIES[0],
-                    confidence=0.5, stakes="medium", status="pending", created_at=clock["now"],
-                    recorded_by="alice", reasons=[], tags=[])
+                    id=f"{n:08x}",
+                    summary=text,
+                    decision=text,
+                    category=CATEGORIES[0],
+                    confidence=0.5,
+                    stakes="medium",
+                    status="pending",
+                    created_at=clock["now"],
+                    recorded_by="alice",
+                    reasons=[],
+                    tags=[],
+                )
                 session.add(decisions[key])
                 events[key] = services.relay.enqueue(session, decisions[key].id)
         clock["now"] += timedelta(seconds=31)  # the lease has run out ...
         claimed_until = clock["now"] + timedelta(seconds=30)
         async with services.db.transaction(write=True) as session:  # ... and a relay took it
             await session.execute(
-                update(OutboxEvent).where(OutboxEvent.decision_id == decisions["claimed"].id)
-                .values(available_at=claimed_until))
+                update(OutboxEvent)
+                .where(OutboxEvent.decision_id == decisions["claimed"].id)
+                .values(available_at=claimed_until)
+            )
 
         late = await services.relay.process(events["claimed"], [decisions["claimed"]])
         assert (late.done, late.failed) == (0, 0)
@@ -538,24 +609,35 @@ async def test_a_late_inline_pass_leaves_events_another_relay_claimed_alone(
         await services.relay.flush()
 
         async with services.db.transaction(write=False) as session:
-            rows = (await session.execute(
-                select(OutboxEvent.decision_id, OutboxEvent.status, OutboxEvent.attempts,
-                       OutboxEvent.available_at))).all()
+            rows = (
+                await session.execute(
+                    select(
+                        OutboxEvent.decision_id,
+                        OutboxEvent.status,
+                        OutboxEvent.attempts,
+                        OutboxEvent.available_at,
+                    )
+                )
+            ).all()
         states = {(r[0], r[1], r[2]) for r in rows}
-        assert states == {(decisions["claimed"].id, "pending", 0),
-                          (decisions["unclaimed"].id, "done", 0)}
+        assert states == {
+            (decisions["claimed"].id, "pending", 0),
+            (decisions["unclaimed"].id, "done", 0),
+        }
         assert {r[3] for r in rows if r[0] == decisions["claimed"].id} == {claimed_until}
         files, _others = yaml_tree(settings.decisions_dir)
         assert set(files) == {decisions["unclaimed"].id}
         assert await indexed_ids(services.index, [d.id for d in decisions.values()]) == {
-            decisions["unclaimed"].id}
+            decisions["unclaimed"].id
+        }
     finally:
         await services.close()
 
 
 @asynccontextmanager
-async def two_relays(settings: Settings, embedder: Embedder,
-                     chroma: ChromaServer) -> AsyncIterator[tuple[Services, Services]]:
+async def two_relays(
+    settings: Settings, embedder: Embedder, chroma: ChromaServer
+) -> AsyncIterator[tuple[Services, Services]]:
     """Two service containers as two server processes would have them: each its own engine,
     relay and index client, one database and one Chroma server between them."""
     await asyncio.to_thread(chroma.start)
@@ -571,8 +653,10 @@ async def two_relays(settings: Settings, embedder: Embedder,
 
 
 PG_ONLY = pytest.mark.skipif(
-    not USE_PG, reason="needs Postgres: SQLite has no FOR UPDATE SKIP LOCKED (SQLAlchemy drops "
-    "it), so relay concurrency is tested on Postgres; CI runs the integration folder there too")
+    not USE_PG,
+    reason="needs Postgres: SQLite has no FOR UPDATE SKIP LOCKED (SQLAlchemy drops "
+    "it), so relay concurrency is tested on Postgres; CI runs the integration folder there too",
+)
 
 
 @PG_ONLY
@@ -585,9 +669,12 @@ async def test_two_relays_drain_one_outbox_without_handling_an_event_twice(
     async with two_relays(settings, embedder, chroma_server) as (first, second):
         ids = await _insert_due_events(first, count)
         a, b = ObservedRelay(first.relay), ObservedRelay(second.relay)
-        stats = await asyncio.wait_for(asyncio.gather(
-            first.relay.drain(include_leased=False), second.relay.drain(include_leased=False)),
-            120)
+        stats = await asyncio.wait_for(
+            asyncio.gather(
+                first.relay.drain(include_leased=False), second.relay.drain(include_leased=False)
+            ),
+            120,
+        )
         assert sum(s.failed for s in stats) == 0, stats
         assert set(a.handled).isdisjoint(b.handled), sorted(set(a.handled) & set(b.handled))[:10]
         assert len(a.handled) == len(set(a.handled)) and len(b.handled) == len(set(b.handled))
@@ -598,14 +685,17 @@ async def test_two_relays_drain_one_outbox_without_handling_an_event_twice(
         assert_outbox_complete(db_ids, events)
         async with first.db.transaction(write=False) as session:
             retried = await session.scalar(
-                select(func.count()).select_from(OutboxEvent).where(OutboxEvent.attempts > 0))
+                select(func.count()).select_from(OutboxEvent).where(OutboxEvent.attempts > 0)
+            )
         assert retried == 0
         files, others = yaml_tree(settings.decisions_dir)
         assert set(files) == set(ids) and others == []
         assert await first.index.count() == count
         assert await indexed_ids(second.index, ids) == set(ids)
-        print(f"\ntwo relays: A handled {len(a.handled)} in {a.batches} batch(es), "
-              f"B handled {len(b.handled)} in {b.batches} batch(es)")
+        print(
+            f"\ntwo relays: A handled {len(a.handled)} in {a.batches} batch(es), "
+            f"B handled {len(b.handled)} in {b.batches} batch(es)"
+        )
 
 
 @PG_ONLY
@@ -644,8 +734,12 @@ async def test_calls_succeed_after_postgres_closed_the_servers_connections(
     connection of the server. Once that has happened, the next calls of every kind get fresh
     connections instead of failing. (No background relay here: its own pass would otherwise
     be the first to meet a closed connection.)"""
-    intent = {"intent": "Cache sessions in Redis", "category": "architecture",
-              "stakes": "medium", "confidence": 0.7}
+    intent = {
+        "intent": "Cache sessions in Redis",
+        "category": "architecture",
+        "stakes": "medium",
+        "confidence": 0.7,
+    }
     app = create_app(replace(settings, relay_enabled=False), embedder=embedder)
     async with serve_app(app) as client:
         rpc = Rpc(client)
@@ -656,7 +750,8 @@ async def test_calls_succeed_after_postgres_closed_the_servers_connections(
         closed = await run_sql(
             settings.database_url,
             "SELECT pg_terminate_backend(pid) AS closed FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        )
         assert closed and all(row["closed"] for row in closed), closed
         await asyncio.sleep(0.5)  # a restart takes longer than this; the server sees the closes
         for _ in range(3):  # more calls than one connection: each pooled one is replaced
@@ -664,7 +759,8 @@ async def test_calls_succeed_after_postgres_closed_the_servers_connections(
                 rpc.ok("cstp.announceIntent", intent),
                 rpc.ok("cstp.recordDecision", seed_decision),
                 rpc.ok("cstp.queryDecisions", {"query": "session cache"}),
-                rpc.ok("cstp.checkGuardrails", {"action": {"description": "Cache sessions"}}))
+                rpc.ok("cstp.checkGuardrails", {"action": {"description": "Cache sessions"}}),
+            )
             assert results[0]["received"] is True and results[1]["success"] is True
             assert isinstance(results[2]["decisions"], list) and "allowed" in results[3]
         found = await rpc.ok("cstp.queryDecisions", {"query": seed_decision["decision"]})

@@ -39,8 +39,19 @@ T = TypeVar("T")
 
 TOKEN = "token-alice"
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
-SPEC_CODES = {-32700, -32600, -32601, -32602, -32603, -32002, -32003, -32004, -32005, -32007,
-              -32008}
+SPEC_CODES = {
+    -32700,
+    -32600,
+    -32601,
+    -32602,
+    -32603,
+    -32002,
+    -32003,
+    -32004,
+    -32005,
+    -32007,
+    -32008,
+}
 MAX_BODY = 64 * 1024  # small cap, so that oversized bodies (HTTP 413) are cheap to send
 REQUEST_TIMEOUT = 30.0
 METHODS = build_registry().names()
@@ -48,16 +59,39 @@ INT64 = 2**63 - 1
 INT32 = 2**31 - 1
 
 FUZZ = hyp_settings(
-    derandomize=True, database=None, deadline=None, print_blob=False,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                           HealthCheck.filter_too_much, HealthCheck.large_base_example],
+    derandomize=True,
+    database=None,
+    deadline=None,
+    print_blob=False,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.filter_too_much,
+        HealthCheck.large_base_example,
+    ],
 )
 
 # What a leak looks like. Checked only when the request itself does not contain it (the
 # server may echo a caller's method name or field names back).
-LEAK_WORDS = ("Traceback", "/work", ".py", "SELECT", "INSERT", "UPDATE ", "DELETE FROM",
-              "sqlalchemy", "asyncpg", "aiosqlite", "sqlite3", "msgspec", "chromadb", 'File "',
-              "`", "<module>", "object at 0x")
+LEAK_WORDS = (
+    "Traceback",
+    "/work",
+    ".py",
+    "SELECT",
+    "INSERT",
+    "UPDATE ",
+    "DELETE FROM",
+    "sqlalchemy",
+    "asyncpg",
+    "aiosqlite",
+    "sqlite3",
+    "msgspec",
+    "chromadb",
+    'File "',
+    "`",
+    "<module>",
+    "object at 0x",
+)
 EXCEPTION_NAME = re.compile(r"\b[A-Z][A-Za-z]*(Error|Exception|Warning)\b")
 
 # ---------------------------------------------------------------- the app and the bridge
@@ -89,8 +123,9 @@ class Bridge:
 
     def post(self, body: bytes, headers: dict[str, str] | None = None) -> httpx.Response:
         self.sent += 1
-        return self.run(self.client.post("/cstp", content=body,
-                                         headers=AUTH if headers is None else headers))
+        return self.run(
+            self.client.post("/cstp", content=body, headers=AUTH if headers is None else headers)
+        )
 
     def send(self, body: bytes) -> httpx.Response:
         """POST ``body`` and check the answer against every rule of this file."""
@@ -158,8 +193,12 @@ def _valid_id(value: Any) -> bool:
 
 def _notification(item: Any) -> bool:
     """A valid request without an id: run, never answered (an invalid one gets an error)."""
-    return (isinstance(item, dict) and "id" not in item and item.get("jsonrpc") == "2.0"
-            and isinstance(item.get("method"), str))
+    return (
+        isinstance(item, dict)
+        and "id" not in item
+        and item.get("jsonrpc") == "2.0"
+        and isinstance(item.get("method"), str)
+    )
 
 
 def check_answer(body: bytes, response: httpx.Response, bridge: Bridge) -> None:
@@ -214,13 +253,25 @@ def encode(value: Any, ascii_only: bool = True) -> bytes:
 
 def still_serving(bridge: Bridge) -> None:
     """A normal call after the storm: recorded, found again, and the app is healthy."""
-    params = {"decision": "Keep serving after malformed input", "confidence": 0.6,
-              "category": "process"}
-    answer = bridge.post(encode({"jsonrpc": "2.0", "id": "after", "method":
-                                 "cstp.recordDecision", "params": params})).json()
+    params = {
+        "decision": "Keep serving after malformed input",
+        "confidence": 0.6,
+        "category": "process",
+    }
+    answer = bridge.post(
+        encode({"jsonrpc": "2.0", "id": "after", "method": "cstp.recordDecision", "params": params})
+    ).json()
     assert answer["result"]["success"] is True, answer
-    got = bridge.post(encode({"jsonrpc": "2.0", "id": 2, "method": "cstp.getDecision",
-                              "params": {"id": answer["result"]["id"]}})).json()
+    got = bridge.post(
+        encode(
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "cstp.getDecision",
+                "params": {"id": answer["result"]["id"]},
+            }
+        )
+    ).json()
     assert got["result"]["decision"]["decision"] == params["decision"], got
     assert bridge.run(bridge.client.get("/health")).status_code == 200
 
@@ -231,43 +282,117 @@ def report(name: str, bridge: Bridge) -> None:
 
 # ---------------------------------------------------------------- strategies
 
-BIG_NUMBERS = st.sampled_from([
-    0, -1, -(2**31), 2**31, INT64, -INT64 - 1, 2**64, 10**30, -(10**30), 10**400,
-    1e308, -1e308, 5e-324, 1.0000001, -0.0, 0.1 + 0.2, math.inf, -math.inf, math.nan,
-])
-ODD_TEXT = st.sampled_from([
-    "", " ", "\t\n", "\x00", "a\x00b", "\u202e\u202d", "\ufeff", "\ud7ff", "\U0001F600" * 10,
-    "é" * 300, "🦄" * 100, "'; DROP TABLE decisions; --", "../../etc/passwd", "%s%n%x",
-    "null", "NaN", "1e999", "<script>", "\\u0000", "2026-13-45", "0001-01-01T00:00:00+01:00",
-    "9999-12-31T23:59:59-14:00", "2026-01-01", "2026-01-01T00:00:00", "deadbeef", "DEADBEEF",
-    "0" * 8, "x" * 129, "x" * 257, "x" * 4097, "x" * 20_001,
-])
+BIG_NUMBERS = st.sampled_from(
+    [
+        0,
+        -1,
+        -(2**31),
+        2**31,
+        INT64,
+        -INT64 - 1,
+        2**64,
+        10**30,
+        -(10**30),
+        10**400,
+        1e308,
+        -1e308,
+        5e-324,
+        1.0000001,
+        -0.0,
+        0.1 + 0.2,
+        math.inf,
+        -math.inf,
+        math.nan,
+    ]
+)
+ODD_TEXT = st.sampled_from(
+    [
+        "",
+        " ",
+        "\t\n",
+        "\x00",
+        "a\x00b",
+        "\u202e\u202d",
+        "\ufeff",
+        "\ud7ff",
+        "\U0001f600" * 10,
+        "é" * 300,
+        "🦄" * 100,
+        "'; DROP TABLE decisions; --",
+        "../../etc/passwd",
+        "%s%n%x",
+        "null",
+        "NaN",
+        "1e999",
+        "<script>",
+        "\\u0000",
+        "2026-13-45",
+        "0001-01-01T00:00:00+01:00",
+        "9999-12-31T23:59:59-14:00",
+        "2026-01-01",
+        "2026-01-01T00:00:00",
+        "deadbeef",
+        "DEADBEEF",
+        "0" * 8,
+        "x" * 129,
+        "x" * 257,
+        "x" * 4097,
+        "x" * 20_001,
+    ]
+)
 SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.floats(), BIG_NUMBERS, st.text(max_size=30),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    BIG_NUMBERS,
+    st.text(max_size=30),
     ODD_TEXT,
 )
 JSON_VALUES = st.recursive(
     SCALARS,
     lambda children: st.one_of(
         st.lists(children, max_size=4),
-        st.dictionaries(st.one_of(st.text(max_size=12), st.sampled_from(
-            ["id", "jsonrpc", "method", "params", "decision", "query", "filters"])),
-            children, max_size=4),
+        st.dictionaries(
+            st.one_of(
+                st.text(max_size=12),
+                st.sampled_from(
+                    ["id", "jsonrpc", "method", "params", "decision", "query", "filters"]
+                ),
+            ),
+            children,
+            max_size=4,
+        ),
     ),
     max_leaves=12,
 )
 HUGE_TEXT = st.integers(min_value=10_000, max_value=80_000).map(lambda n: "y" * n)
 BAD_VALUES = st.one_of(
-    st.none(), st.booleans(), BIG_NUMBERS, st.integers(), st.floats(), ODD_TEXT,
-    st.text(max_size=40), HUGE_TEXT, st.just([]), st.just({}), st.just([{}]),
-    st.lists(SCALARS, max_size=3), st.dictionaries(st.text(max_size=6), SCALARS, max_size=3),
+    st.none(),
+    st.booleans(),
+    BIG_NUMBERS,
+    st.integers(),
+    st.floats(),
+    ODD_TEXT,
+    st.text(max_size=40),
+    HUGE_TEXT,
+    st.just([]),
+    st.just({}),
+    st.just([{}]),
+    st.lists(SCALARS, max_size=3),
+    st.dictionaries(st.text(max_size=6), SCALARS, max_size=3),
     JSON_VALUES,
 )
-EXTREME_INTS = st.sampled_from([-1, 0, 2**31 - 1, 2**31, 2**53 + 1, INT64, INT64 + 1, 2**64,
-                                -INT64 - 2, 10**30])
+EXTREME_INTS = st.sampled_from(
+    [-1, 0, 2**31 - 1, 2**31, 2**53 + 1, INT64, INT64 + 1, 2**64, -INT64 - 2, 10**30]
+)
 EXTREME_FLOATS = st.sampled_from([-0.0, -1e-9, 1.0000000001, 2.0, -1.0, 1e308, 5e-324, 0.5])
-EXTREME_TEXT = st.one_of(ODD_TEXT, HUGE_TEXT, st.text(max_size=20).map(lambda t: t + "\x00"),
-                         st.text(min_size=1, max_size=20))
+EXTREME_TEXT = st.one_of(
+    ODD_TEXT,
+    HUGE_TEXT,
+    st.text(max_size=20).map(lambda t: t + "\x00"),
+    st.text(min_size=1, max_size=20),
+)
 
 
 def same_kind_extreme(original: Any) -> st.SearchStrategy[Any]:
@@ -281,16 +406,22 @@ def same_kind_extreme(original: Any) -> st.SearchStrategy[Any]:
     if isinstance(original, str):
         return EXTREME_TEXT
     if isinstance(original, list):
-        return st.one_of(st.just([]), st.just([None]), st.lists(st.just(original[:1] or ["t"]),
-                         min_size=101, max_size=101).map(lambda ls: [x[0] for x in ls]),
-                         st.lists(EXTREME_TEXT, min_size=1, max_size=3))
+        return st.one_of(
+            st.just([]),
+            st.just([None]),
+            st.lists(st.just(original[:1] or ["t"]), min_size=101, max_size=101).map(
+                lambda ls: [x[0] for x in ls]
+            ),
+            st.lists(EXTREME_TEXT, min_size=1, max_size=3),
+        )
     if isinstance(original, dict):
         return st.sampled_from([{}, {"": None}, {"\x00": 1}, {"k": [[[]]]}])
     return BAD_VALUES
 
 
-IDS = st.one_of(st.integers(), st.text(max_size=20), st.none(), st.floats(allow_nan=False,
-                                                                           allow_infinity=False))
+IDS = st.one_of(
+    st.integers(), st.text(max_size=20), st.none(), st.floats(allow_nan=False, allow_infinity=False)
+)
 
 
 def nested(depth: int, leaf: str = "") -> str:
@@ -301,54 +432,106 @@ def valid_params(known_id: str) -> dict[str, dict[str, Any]]:
     """One full, valid params object per method (every field used)."""
     return {
         "cstp.recordDecision": {
-            "decision": "Use a queue between billing and invoicing", "confidence": 0.7,
-            "category": "architecture", "stakes": "high", "context": "Invoices arrive late",
+            "decision": "Use a queue between billing and invoicing",
+            "confidence": 0.7,
+            "category": "architecture",
+            "stakes": "high",
+            "context": "Invoices arrive late",
             "reasons": [{"type": "analysis", "text": "Decouples the two", "strength": 0.9}],
-            "kpiIndicators": ["latency"], "mentalState": "deliberate", "reviewIn": "2w",
-            "tags": ["queue", "billing"], "project": "billing", "feature": "invoices",
-            "pr": 12, "file": "src/billing.py", "line": 40, "commit": "abc123",
-            "preDecision": {"queryRun": True, "similarFound": 1, "guardrailsChecked": True,
-                            "guardrailsPassed": True},
+            "kpiIndicators": ["latency"],
+            "mentalState": "deliberate",
+            "reviewIn": "2w",
+            "tags": ["queue", "billing"],
+            "project": "billing",
+            "feature": "invoices",
+            "pr": 12,
+            "file": "src/billing.py",
+            "line": 40,
+            "commit": "abc123",
+            "preDecision": {
+                "queryRun": True,
+                "similarFound": 1,
+                "guardrailsChecked": True,
+                "guardrailsPassed": True,
+            },
         },
         "cstp.queryDecisions": {
-            "query": "queue between services", "limit": 5, "includeReasons": True,
+            "query": "queue between services",
+            "limit": 5,
+            "includeReasons": True,
             "retrievalMode": "semantic",
-            "filters": {"category": "architecture", "stakes": ["high", "low"],
-                        "status": ["pending"], "minConfidence": 0.1, "maxConfidence": 0.9,
-                        "dateAfter": "2020-01-01", "dateBefore": "2100-01-01T00:00:00Z",
-                        "agent": "alice", "tags": ["queue"], "project": "billing",
-                        "feature": "invoices", "pr": 12, "hasOutcome": False},
+            "filters": {
+                "category": "architecture",
+                "stakes": ["high", "low"],
+                "status": ["pending"],
+                "minConfidence": 0.1,
+                "maxConfidence": 0.9,
+                "dateAfter": "2020-01-01",
+                "dateBefore": "2100-01-01T00:00:00Z",
+                "agent": "alice",
+                "tags": ["queue"],
+                "project": "billing",
+                "feature": "invoices",
+                "pr": 12,
+                "hasOutcome": False,
+            },
         },
         "cstp.checkGuardrails": {
-            "action": {"description": "Deploy billing to production", "category": "architecture",
-                       "stakes": "high", "confidence": 0.8, "project": "billing",
-                       "context": {"code_review": True, "affects_production": True}},
+            "action": {
+                "description": "Deploy billing to production",
+                "category": "architecture",
+                "stakes": "high",
+                "confidence": 0.8,
+                "project": "billing",
+                "context": {"code_review": True, "affects_production": True},
+            },
         },
         "cstp.announceIntent": {
-            "intent": "Split the billing service", "context": "Too many deploys",
-            "category": "architecture", "stakes": "medium", "confidence": 0.6,
+            "intent": "Split the billing service",
+            "context": "Too many deploys",
+            "category": "architecture",
+            "stakes": "medium",
+            "confidence": 0.6,
             "agent": {"id": "someone-else", "url": "http://127.0.0.1/agent"},
             "correlationId": "fuzz-intent-1",
             "metadata": {"code_review": True, "ticket": {"id": "OPS-1", "links": [1, 2]}},
             "project": "billing",
         },
         "cstp.reviewDecision": {
-            "id": known_id, "outcome": "partial", "actualResult": "Half the latency",
-            "lessons": "Measure first", "notes": "ok",
+            "id": known_id,
+            "outcome": "partial",
+            "actualResult": "Half the latency",
+            "lessons": "Measure first",
+            "notes": "ok",
             "affectedKpis": {"latency": -0.5, "by_region": {"eu": [0.1, 0.2]}},
         },
         "cstp.getDecision": {"id": known_id},
         "cstp.listDecisions": {
-            "limit": 5, "offset": 0, "category": "architecture", "stakes": "high",
-            "status": "pending", "agent": "alice", "tags": ["queue"], "dateFrom": "2020-01-01",
-            "dateTo": "2100-01-01T00:00:00Z", "search": "queue", "sort": "confidence",
-            "order": "asc", "correlationId": "fuzz-intent-1",
+            "limit": 5,
+            "offset": 0,
+            "category": "architecture",
+            "stakes": "high",
+            "status": "pending",
+            "agent": "alice",
+            "tags": ["queue"],
+            "dateFrom": "2020-01-01",
+            "dateTo": "2100-01-01T00:00:00Z",
+            "search": "queue",
+            "sort": "confidence",
+            "order": "asc",
+            "correlationId": "fuzz-intent-1",
         },
         "rpc.discover": {},
         "cstp.listGuardrails": {"scope": "production"},
         "cstp.getCalibration": {
-            "filters": {"agent": "alice", "category": "architecture", "stakes": "high",
-                        "since": "2020-01-01", "until": "2100-01-01", "minDecisions": 1},
+            "filters": {
+                "agent": "alice",
+                "category": "architecture",
+                "stakes": "high",
+                "since": "2020-01-01",
+                "until": "2100-01-01",
+                "minDecisions": 1,
+            },
             "groupBy": "category",
         },
     }
@@ -382,8 +565,9 @@ def mutate(value: Any, path: tuple[Any, ...], new: Any, delete: bool) -> Any:
 
 def known_decision(bridge: Bridge) -> str:
     params = {"decision": "Fuzz target decision", "confidence": 0.5, "category": "tooling"}
-    answer = bridge.post(encode({"jsonrpc": "2.0", "id": 0, "method": "cstp.recordDecision",
-                                 "params": params})).json()
+    answer = bridge.post(
+        encode({"jsonrpc": "2.0", "id": 0, "method": "cstp.recordDecision", "params": params})
+    ).json()
     return str(answer["result"]["id"])
 
 
@@ -393,31 +577,65 @@ def known_decision(bridge: Bridge) -> str:
 async def test_fuzz_raw_bodies(app_client: AppClient) -> None:
     """Bytes that are not (quite) JSON-RPC: random bytes, cut JSON, nesting, odd numbers."""
     bridge = Bridge(app_client)
-    good = encode({"jsonrpc": "2.0", "id": 7, "method": "cstp.listDecisions",
-                   "params": {"limit": 3, "search": "é ☕"}}, ascii_only=False)
+    good = encode(
+        {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "method": "cstp.listDecisions",
+            "params": {"limit": 3, "search": "é ☕"},
+        },
+        ascii_only=False,
+    )
     raw = st.one_of(
         st.binary(max_size=300),
         st.integers(min_value=0, max_value=len(good) - 1).map(lambda n: good[:n]),
         st.tuples(st.integers(0, len(good) - 1), st.binary(min_size=1, max_size=3)).map(
-            lambda t: good[:t[0]] + t[1] + good[t[0] + 1:]),
+            lambda t: good[: t[0]] + t[1] + good[t[0] + 1 :]
+        ),
         st.integers(min_value=1, max_value=3000).map(lambda d: nested(d).encode()),
-        st.integers(min_value=1, max_value=300).map(lambda d: (
-            '{"jsonrpc":"2.0","id":1,"method":"cstp.getDecision","params":{"id":'
-            + nested(d, '"x"') + "}}").encode()),
-        st.integers(min_value=1, max_value=200).map(lambda d: (
-            '{"jsonrpc":"2.0","id":1,"method":"cstp.queryDecisions","params":'
-            + '{"query":"x","filters":' * d + "{}" + "}" * d + "}").encode()),
-        st.sampled_from([b"", b" ", b"null", b"NaN", b"Infinity", b"-Infinity", b"1e999",
-                         b"[]", b"{}", b"[[]]", b"[{}]", b"[1,2,3]", b'"\\ud800"',
-                         b'{"jsonrpc":"2.0","id":1e999,"method":"cstp.listGuardrails"}',
-                         b'{"jsonrpc":"2.0","id":NaN,"method":"cstp.listGuardrails"}',
-                         b'{"jsonrpc":"2.0","id":123456789012345678901234567890,'
-                         b'"method":"cstp.listGuardrails"}',
-                         b'{"jsonrpc":"2.0","method":"cstp.listGuardrails","id":1,"id":2}',
-                         b'\xef\xbb\xbf{"jsonrpc":"2.0","id":1,"method":"cstp.listGuardrails"}',
-                         b'{"jsonrpc":"2.0","id":1,"method":"cstp.listGuardrails"}\x00',
-                         b"\xff\xfe{\x00}\x00", b"[" + b"1," * 20_000 + b"1]",
-                         b'{"a":"' + b"z" * (MAX_BODY + 1) + b'"}']),
+        st.integers(min_value=1, max_value=300).map(
+            lambda d: (
+                '{"jsonrpc":"2.0","id":1,"method":"cstp.getDecision","params":{"id":'
+                + nested(d, '"x"')
+                + "}}"
+            ).encode()
+        ),
+        st.integers(min_value=1, max_value=200).map(
+            lambda d: (
+                '{"jsonrpc":"2.0","id":1,"method":"cstp.queryDecisions","params":'
+                + '{"query":"x","filters":' * d
+                + "{}"
+                + "}" * d
+                + "}"
+            ).encode()
+        ),
+        st.sampled_from(
+            [
+                b"",
+                b" ",
+                b"null",
+                b"NaN",
+                b"Infinity",
+                b"-Infinity",
+                b"1e999",
+                b"[]",
+                b"{}",
+                b"[[]]",
+                b"[{}]",
+                b"[1,2,3]",
+                b'"\\ud800"',
+                b'{"jsonrpc":"2.0","id":1e999,"method":"cstp.listGuardrails"}',
+                b'{"jsonrpc":"2.0","id":NaN,"method":"cstp.listGuardrails"}',
+                b'{"jsonrpc":"2.0","id":123456789012345678901234567890,'
+                b'"method":"cstp.listGuardrails"}',
+                b'{"jsonrpc":"2.0","method":"cstp.listGuardrails","id":1,"id":2}',
+                b'\xef\xbb\xbf{"jsonrpc":"2.0","id":1,"method":"cstp.listGuardrails"}',
+                b'{"jsonrpc":"2.0","id":1,"method":"cstp.listGuardrails"}\x00',
+                b"\xff\xfe{\x00}\x00",
+                b"[" + b"1," * 20_000 + b"1]",
+                b'{"a":"' + b"z" * (MAX_BODY + 1) + b'"}',
+            ]
+        ),
     )
 
     @hyp_settings(FUZZ, max_examples=500)
@@ -435,18 +653,25 @@ async def test_fuzz_envelopes(app_client: AppClient) -> None:
     bridge = Bridge(app_client)
     envelope = st.fixed_dictionaries(
         {},
-        optional={"jsonrpc": st.one_of(st.just("2.0"), SCALARS), "id": IDS | SCALARS,
-                  "method": st.one_of(st.sampled_from(METHODS), SCALARS),
-                  "params": JSON_VALUES},
+        optional={
+            "jsonrpc": st.one_of(st.just("2.0"), SCALARS),
+            "id": IDS | SCALARS,
+            "method": st.one_of(st.sampled_from(METHODS), SCALARS),
+            "params": JSON_VALUES,
+        },
     )
     bodies = st.one_of(
         JSON_VALUES,
         envelope,
         st.lists(st.one_of(envelope, JSON_VALUES), min_size=0, max_size=6),
-        st.lists(st.just({"jsonrpc": "2.0", "method": "cstp.listGuardrails"}),
-                 min_size=1, max_size=3),  # notifications only: 204
-        st.integers(min_value=51, max_value=60).map(lambda n: [
-            {"jsonrpc": "2.0", "id": i, "method": "cstp.listGuardrails"} for i in range(n)]),
+        st.lists(
+            st.just({"jsonrpc": "2.0", "method": "cstp.listGuardrails"}), min_size=1, max_size=3
+        ),  # notifications only: 204
+        st.integers(min_value=51, max_value=60).map(
+            lambda n: [
+                {"jsonrpc": "2.0", "id": i, "method": "cstp.listGuardrails"} for i in range(n)
+            ]
+        ),
     )
 
     @hyp_settings(FUZZ, max_examples=500)
@@ -462,13 +687,24 @@ async def test_fuzz_envelopes(app_client: AppClient) -> None:
 async def test_fuzz_methods_and_params(app_client: AppClient) -> None:
     """Valid envelopes with random method names, and random params for real methods."""
     bridge = Bridge(app_client)
-    names = st.one_of(st.text(max_size=40), st.sampled_from(METHODS),
-                      st.sampled_from(METHODS).map(str.upper),
-                      st.sampled_from(METHODS).map(lambda m: m + " "),
-                      st.sampled_from(["rpc.discover", "cstp.", "cstp", "__init__",
-                                       "cstp.__class__", "cstp.recordDecision\x00", "x" * 300]))
-    params = st.one_of(JSON_VALUES, st.dictionaries(st.text(max_size=15), JSON_VALUES,
-                                                    max_size=6))
+    names = st.one_of(
+        st.text(max_size=40),
+        st.sampled_from(METHODS),
+        st.sampled_from(METHODS).map(str.upper),
+        st.sampled_from(METHODS).map(lambda m: m + " "),
+        st.sampled_from(
+            [
+                "rpc.discover",
+                "cstp.",
+                "cstp",
+                "__init__",
+                "cstp.__class__",
+                "cstp.recordDecision\x00",
+                "x" * 300,
+            ]
+        ),
+    )
+    params = st.one_of(JSON_VALUES, st.dictionaries(st.text(max_size=15), JSON_VALUES, max_size=6))
 
     @hyp_settings(FUZZ, max_examples=500)
     @given(method=names, params=params, rid=IDS, with_params=st.booleans())
@@ -505,11 +741,30 @@ async def test_fuzz_mutated_params_of_every_method(app_client: AppClient) -> Non
             bad = draw(st.one_of(same_kind_extreme(original), BAD_VALUES))
             params = mutate(params, spot, bad, delete=draw(st.integers(0, 5)) == 0)
         if draw(st.integers(0, 4)) == 0:
-            params = dict(params, **draw(st.dictionaries(
-                st.one_of(st.text(max_size=12), st.sampled_from(
-                    ["decision_id", "project_context", "kpi_indicators", "review_in",
-                     "pre_decision", "include_reasons", "actual_result", "mental_state"])),
-                BAD_VALUES, max_size=2)))
+            params = dict(
+                params,
+                **draw(
+                    st.dictionaries(
+                        st.one_of(
+                            st.text(max_size=12),
+                            st.sampled_from(
+                                [
+                                    "decision_id",
+                                    "project_context",
+                                    "kpi_indicators",
+                                    "review_in",
+                                    "pre_decision",
+                                    "include_reasons",
+                                    "actual_result",
+                                    "mental_state",
+                                ]
+                            ),
+                        ),
+                        BAD_VALUES,
+                        max_size=2,
+                    )
+                ),
+            )
         if draw(st.integers(0, 15)) == 0:
             params = draw(st.sampled_from([[params], None, "params", 1, [], True]))
         return method, params
@@ -531,10 +786,22 @@ async def test_fuzz_authorization_headers(app_client: AppClient) -> None:
     body = encode({"jsonrpc": "2.0", "id": 1, "method": "cstp.listGuardrails"})
     headers = st.one_of(
         st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=60),
-        st.sampled_from(["Bearer", "Bearer ", "bearer token-alice", "Bearer  token-alice",
-                         "Bearer token-alice ", "Basic dG9rZW4tYWxpY2U=", "token-alice",
-                         "Bearer token-alicE", "Bearer token-alic", "Bearer token-alice,x",
-                         "BEARER token-bob", "Bearer token-bob  "]),
+        st.sampled_from(
+            [
+                "Bearer",
+                "Bearer ",
+                "bearer token-alice",
+                "Bearer  token-alice",
+                "Bearer token-alice ",
+                "Basic dG9rZW4tYWxpY2U=",
+                "token-alice",
+                "Bearer token-alicE",
+                "Bearer token-alic",
+                "Bearer token-alice,x",
+                "BEARER token-bob",
+                "Bearer token-bob  ",
+            ]
+        ),
     )
 
     @hyp_settings(FUZZ, max_examples=150)
@@ -562,8 +829,9 @@ async def test_fuzz_authorization_headers(app_client: AppClient) -> None:
 
 
 async def _call(client: AppClient, body: bytes) -> tuple[int, Any]:
-    response = await asyncio.wait_for(client.post("/cstp", content=body, headers=AUTH),
-                                      REQUEST_TIMEOUT)
+    response = await asyncio.wait_for(
+        client.post("/cstp", content=body, headers=AUTH), REQUEST_TIMEOUT
+    )
     try:
         return response.status_code, response.json()
     except ValueError:
@@ -575,11 +843,19 @@ def _rpc(method: str, params: Any) -> bytes:
 
 
 async def test_deeply_nested_json_is_a_jsonrpc_error_not_a_crash(app_client: AppClient) -> None:
-    bodies = [nested(1000).encode(), nested(30_000).encode(),  # 60 KB: under the body cap
-              ('{"jsonrpc":"2.0","id":1,"method":"cstp.getDecision","params":{"x":'
-               + nested(700) + "}}").encode(),
-              ('{"jsonrpc":"2.0","id":1,"method":"cstp.announceIntent","params":{"intent":"x",'
-               '"metadata":{"k":' + nested(5000) + "}}}").encode()]
+    bodies = [
+        nested(1000).encode(),
+        nested(30_000).encode(),  # 60 KB: under the body cap
+        (
+            '{"jsonrpc":"2.0","id":1,"method":"cstp.getDecision","params":{"x":'
+            + nested(700)
+            + "}}"
+        ).encode(),
+        (
+            '{"jsonrpc":"2.0","id":1,"method":"cstp.announceIntent","params":{"intent":"x",'
+            '"metadata":{"k":' + nested(5000) + "}}}"
+        ).encode(),
+    ]
     answers = [await _call(app_client, body) for body in bodies]
     for status, answer in answers:
         assert status == 200, answers
@@ -593,8 +869,11 @@ async def test_out_of_range_integers_are_invalid_params(app_client: AppClient) -
         ("cstp.listDecisions", {"offset": 2**64}, "offset"),
         ("cstp.recordDecision", dict(base, pr=2**63), "pr"),
         ("cstp.recordDecision", dict(base, line=2**70), "line"),
-        ("cstp.recordDecision", dict(base, preDecision={"similarFound": 2**63}),
-         "preDecision.similarFound"),
+        (
+            "cstp.recordDecision",
+            dict(base, preDecision={"similarFound": 2**63}),
+            "preDecision.similarFound",
+        ),
         ("cstp.queryDecisions", {"query": "x", "filters": {"pr": 2**63}}, "filters.pr"),
     ]
     answers = [(m, (await _call(app_client, _rpc(m, p)))[1]) for m, p, _f in cases]
@@ -635,6 +914,7 @@ async def test_nul_characters_are_refused_naming_the_field_on_both_databases(
         assert answer["error"]["data"]["field"] == field, (method, answer)
     status, listed = await _call(app_client, _rpc("cstp.listDecisions", {}))
     assert listed["result"]["total"] == 0
-    status, answer = await _call(app_client, _rpc(
-        "cstp.recordDecision", dict(base, clientNote="ignored\x00here")))
+    status, answer = await _call(
+        app_client, _rpc("cstp.recordDecision", dict(base, clientNote="ignored\x00here"))
+    )
     assert status == 200 and answer["result"]["success"] is True, answer

@@ -64,8 +64,10 @@ def fired(result: dict[str, Any]) -> tuple[set[str], set[str]]:
         assert item["severity"] == "block", item
     for item in result["warnings"]:
         assert item["severity"] == "warn", item
-    return ({v["guardrailId"] for v in result["violations"]},
-            {w["guardrailId"] for w in result["warnings"]})
+    return (
+        {v["guardrailId"] for v in result["violations"]},
+        {w["guardrailId"] for w in result["warnings"]},
+    )
 
 
 async def sql(settings: Settings, statement: str, **params: Any) -> list[dict[str, Any]]:
@@ -82,8 +84,11 @@ async def sql_count(rpc: Rpc, table: str) -> int:
 @pytest.fixture
 def default_rules_match_the_doc_assumptions() -> None:
     assert DEFAULT_IDS == [
-        "no-high-stakes-low-confidence", "production-needs-code-review", "prefer-staged-rollout",
-        "security-changes-need-review", "critical-needs-high-confidence",
+        "no-high-stakes-low-confidence",
+        "production-needs-code-review",
+        "prefer-staged-rollout",
+        "security-changes-need-review",
+        "critical-needs-high-confidence",
     ]
 
 
@@ -95,36 +100,47 @@ STAGED = {"staged_rollout": True}  # keeps prefer-staged-rollout quiet when stak
 
 RULE_CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     # (rule, an action that fires it alone, a close action that clears it)
-    ("no-high-stakes-low-confidence",
-     action(stakes="high", confidence=0.3, context=STAGED),
-     action(stakes="high", confidence=0.5, context=STAGED)),
-    ("no-high-stakes-low-confidence",
-     action(stakes="high", confidence=0.0, context=STAGED),
-     action(stakes="low", confidence=0.0)),
-    ("production-needs-code-review",
-     action(context={"affects_production": True}),
-     action(context={"affects_production": True, "code_review": True})),
-    ("production-needs-code-review",
-     action(context={"affects_production": True, "code_review": False}),
-     action(context={"affects_production": False})),
-    ("prefer-staged-rollout",
-     action(stakes="high"),
-     action(stakes="high", context=STAGED)),
-    ("prefer-staged-rollout",
-     action(stakes="critical", confidence=0.95),
-     action(stakes="medium")),
-    ("security-changes-need-review",
-     action(category="security"),
-     action(category="security", context={"security_review": True})),
-    ("critical-needs-high-confidence",
-     action(stakes="critical", confidence=0.6, context=STAGED),
-     action(stakes="critical", confidence=0.7, context=STAGED)),
+    (
+        "no-high-stakes-low-confidence",
+        action(stakes="high", confidence=0.3, context=STAGED),
+        action(stakes="high", confidence=0.5, context=STAGED),
+    ),
+    (
+        "no-high-stakes-low-confidence",
+        action(stakes="high", confidence=0.0, context=STAGED),
+        action(stakes="low", confidence=0.0),
+    ),
+    (
+        "production-needs-code-review",
+        action(context={"affects_production": True}),
+        action(context={"affects_production": True, "code_review": True}),
+    ),
+    (
+        "production-needs-code-review",
+        action(context={"affects_production": True, "code_review": False}),
+        action(context={"affects_production": False}),
+    ),
+    ("prefer-staged-rollout", action(stakes="high"), action(stakes="high", context=STAGED)),
+    ("prefer-staged-rollout", action(stakes="critical", confidence=0.95), action(stakes="medium")),
+    (
+        "security-changes-need-review",
+        action(category="security"),
+        action(category="security", context={"security_review": True}),
+    ),
+    (
+        "critical-needs-high-confidence",
+        action(stakes="critical", confidence=0.6, context=STAGED),
+        action(stakes="critical", confidence=0.7, context=STAGED),
+    ),
 ]
 
 
 @pytest.mark.usefixtures("default_rules_match_the_doc_assumptions")
-@pytest.mark.parametrize(("rule_id", "firing", "clearing"), RULE_CASES,
-                         ids=[f"{c[0]}-{i}" for i, c in enumerate(RULE_CASES)])
+@pytest.mark.parametrize(
+    ("rule_id", "firing", "clearing"),
+    RULE_CASES,
+    ids=[f"{c[0]}-{i}" for i, c in enumerate(RULE_CASES)],
+)
 async def test_each_default_rule_fires_and_clears(
     rpc: Rpc, rule_id: str, firing: dict[str, Any], clearing: dict[str, Any]
 ) -> None:
@@ -159,18 +175,41 @@ async def test_messages_show_the_request_facts(rpc: Rpc) -> None:
 @pytest.mark.parametrize(
     ("act", "blocks", "warns"),
     [
-        (action(stakes="critical", confidence=0.2, category="security",
-                context={"affects_production": True}),
-         {"no-high-stakes-low-confidence", "production-needs-code-review"},
-         {"prefer-staged-rollout", "security-changes-need-review",
-          "critical-needs-high-confidence"}),
-        (action(stakes="critical", confidence=0.6, category="security"),
-         set(), {"prefer-staged-rollout", "security-changes-need-review",
-                 "critical-needs-high-confidence"}),
-        (action(stakes="high", confidence=0.4), {"no-high-stakes-low-confidence"},
-         {"prefer-staged-rollout"}),
-        (action(context={"affects_production": True, "code_review": True,
-                         "staged_rollout": False}), set(), set()),
+        (
+            action(
+                stakes="critical",
+                confidence=0.2,
+                category="security",
+                context={"affects_production": True},
+            ),
+            {"no-high-stakes-low-confidence", "production-needs-code-review"},
+            {
+                "prefer-staged-rollout",
+                "security-changes-need-review",
+                "critical-needs-high-confidence",
+            },
+        ),
+        (
+            action(stakes="critical", confidence=0.6, category="security"),
+            set(),
+            {
+                "prefer-staged-rollout",
+                "security-changes-need-review",
+                "critical-needs-high-confidence",
+            },
+        ),
+        (
+            action(stakes="high", confidence=0.4),
+            {"no-high-stakes-low-confidence"},
+            {"prefer-staged-rollout"},
+        ),
+        (
+            action(
+                context={"affects_production": True, "code_review": True, "staged_rollout": False}
+            ),
+            set(),
+            set(),
+        ),
         ({"description": "Only a description"}, set(), set()),
     ],
 )
@@ -184,13 +223,16 @@ async def test_allowed_is_false_exactly_when_a_block_rule_fired(
 
 
 async def test_seed_f004_example(rpc: Rpc) -> None:
-    result = await check(rpc, {
-        "description": "Deploy authentication service to production",
-        "category": "architecture",
-        "stakes": "high",
-        "confidence": 0.85,
-        "context": {"pr_number": 42, "branch": "feat/auth-v2", "commit": "abc123"},
-    })
+    result = await check(
+        rpc,
+        {
+            "description": "Deploy authentication service to production",
+            "category": "architecture",
+            "stakes": "high",
+            "confidence": 0.85,
+            "context": {"pr_number": 42, "branch": "feat/auth-v2", "commit": "abc123"},
+        },
+    )
     assert result["allowed"] is True
     assert result["violations"] == []
     assert [w["guardrailId"] for w in result["warnings"]] == ["prefer-staged-rollout"]
@@ -199,24 +241,41 @@ async def test_seed_f004_example(rpc: Rpc) -> None:
     assert "staged rollout" in warning["suggestion"].lower()
     assert result["evaluated"] == 5
     assert result["agent"] == "alice"
-    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|\+00:00)",
-                        result["evaluatedAt"]), result["evaluatedAt"]
+    assert re.fullmatch(
+        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|\+00:00)", result["evaluatedAt"]
+    ), result["evaluatedAt"]
 
 
 @pytest.mark.parametrize(
     ("act", "blocks", "warns"),
     [
-        (action(stakes="high", confidence=0.3, context={"stakes": "low", "confidence": 0.99}),
-         {"no-high-stakes-low-confidence"}, {"prefer-staged-rollout"}),
+        (
+            action(stakes="high", confidence=0.3, context={"stakes": "low", "confidence": 0.99}),
+            {"no-high-stakes-low-confidence"},
+            {"prefer-staged-rollout"},
+        ),
         (action(category="architecture", context={"category": "security"}), set(), set()),
-        (action(category="security", context={"category": "architecture",
-                                               "security_review": False}),
-         set(), {"security-changes-need-review"}),
-        (action(stakes="low", context={"stakes": "critical", "affects_production": False}),
-         set(), set()),
-        (action(stakes="critical", confidence=0.65,
-                context={"confidence": 0.9, "staged_rollout": True}),
-         set(), {"critical-needs-high-confidence"}),
+        (
+            action(
+                category="security", context={"category": "architecture", "security_review": False}
+            ),
+            set(),
+            {"security-changes-need-review"},
+        ),
+        (
+            action(stakes="low", context={"stakes": "critical", "affects_production": False}),
+            set(),
+            set(),
+        ),
+        (
+            action(
+                stakes="critical",
+                confidence=0.65,
+                context={"confidence": 0.9, "staged_rollout": True},
+            ),
+            set(),
+            {"critical-needs-high-confidence"},
+        ),
     ],
     ids=["stakes+confidence", "category-up", "category-down", "stakes-up", "confidence-up"],
 )
@@ -252,16 +311,18 @@ async def test_missing_action_is_invalid_params(rpc: Rpc) -> None:
 
 
 async def test_unknown_category_is_invalid_params(rpc: Rpc) -> None:
-    error = await rpc.error("cstp.checkGuardrails",
-                            {"action": {"description": "x", "category": "marketing"}})
+    error = await rpc.error(
+        "cstp.checkGuardrails", {"action": {"description": "x", "category": "marketing"}}
+    )
     assert error["code"] == -32602
     assert error["data"]["field"].endswith("category")
     assert await sql_count(rpc, "guardrail_evaluations") == 0  # nothing stored for a bad call
 
 
 async def test_unknown_category_names_the_nested_field(rpc: Rpc) -> None:
-    error = await rpc.error("cstp.checkGuardrails",
-                            {"action": {"description": "x", "category": "marketing"}})
+    error = await rpc.error(
+        "cstp.checkGuardrails", {"action": {"description": "x", "category": "marketing"}}
+    )
     assert error["code"] == -32602
     assert error["data"]["field"] == "action.category"
 
@@ -310,8 +371,14 @@ async def ops_rpc(settings: Settings, embedder: Any, rules_dir: Path) -> AsyncIt
         ({"context": {"project": "search"}}, False),
         ({"project": "Payments"}, False),
     ],
-    ids=["no-project", "action.project", "context.project", "other-project",
-         "other-context-project", "case-matters"],
+    ids=[
+        "no-project",
+        "action.project",
+        "context.project",
+        "other-project",
+        "other-context-project",
+        "case-matters",
+    ],
 )
 async def test_scoped_operator_rule_applies_only_to_its_project(
     ops_rpc: Rpc, extra: dict[str, Any], applies: bool
@@ -330,8 +397,7 @@ async def test_scoped_operator_rule_applies_only_to_its_project(
 
 async def test_scoped_operator_rule_clears_with_its_requirement(ops_rpc: Rpc) -> None:
     result = await check(ops_rpc, action(project="payments", context={"pci_review": True}))
-    assert result == {**result, "allowed": True, "violations": [], "warnings": [],
-                      "evaluated": 6}
+    assert result == {**result, "allowed": True, "violations": [], "warnings": [], "evaluated": 6}
     low = await check(ops_rpc, action(project="payments", stakes="low"))
     assert low["allowed"] is True and low["evaluated"] == 6
 
@@ -345,8 +411,12 @@ def _as_listed(condition: dict[str, Any]) -> dict[str, Any]:
     """A rule file's ``{field, op, value}`` as listGuardrails shows it: ``{field, operator,
     value}`` as earlier CSTP clients read it, plus the deprecated ``op``."""
     operator = condition.get("operator", condition.get("op"))
-    return {"field": condition["field"], "operator": operator, "value": condition["value"],
-            "op": operator}
+    return {
+        "field": condition["field"],
+        "operator": operator,
+        "value": condition["value"],
+        "op": operator,
+    }
 
 
 def _check_listed_rule(item: dict[str, Any], rule: dict[str, Any]) -> None:
@@ -427,13 +497,21 @@ async def test_a_rule_that_cannot_be_evaluated_fails_closed(
         assert odd["evaluated"] == 7
         for item in odd["violations"] + odd["warnings"]:
             assert "Traceback" not in item["message"]
-    rows = await sql(settings, "SELECT e.description, r.guardrail_id, r.fired, r.error "
-                               "FROM guardrail_evaluations AS e JOIN guardrail_rule_results AS r "
-                               "ON r.evaluation_id = e.id WHERE r.error IS NOT NULL")
+    rows = await sql(
+        settings,
+        "SELECT e.description, r.guardrail_id, r.fired, r.error "
+        "FROM guardrail_evaluations AS e JOIN guardrail_rule_results AS r "
+        "ON r.evaluation_id = e.id WHERE r.error IS NOT NULL",
+    )
     assert sorted((r["description"], r["guardrail_id"]) for r in rows) == [
-        ("odd risk", "risk-score-limit"), ("odd risk", "risk-score-watch")]
-    evaluation = (await sql(settings, "SELECT allowed FROM guardrail_evaluations "
-                                      "WHERE description = 'odd risk'"))[0]
+        ("odd risk", "risk-score-limit"),
+        ("odd risk", "risk-score-watch"),
+    ]
+    evaluation = (
+        await sql(
+            settings, "SELECT allowed FROM guardrail_evaluations WHERE description = 'odd risk'"
+        )
+    )[0]
     assert not evaluation["allowed"]
     query = doc_sql_blocks()["Which rules could not be evaluated?"]
     failed = await run_doc_sql(settings, query, since=datetime(2000, 1, 1, tzinfo=UTC))
@@ -442,7 +520,8 @@ async def test_a_rule_that_cannot_be_evaluated_fails_closed(
 
 BAD_FILES = [
     # (file text, line of the mistake, words the error must contain)
-    ("""\
+    (
+        """\
      guardrails:
        - id: bad-operator
          description: Uses an operator that does not exist
@@ -452,39 +531,61 @@ BAD_FILES = [
              op: "~="
              value: high
          message: nope
-     """, 7, "operator"),
-    ("""\
+     """,
+        7,
+        "operator",
+    ),
+    (
+        """\
      guardrails:
        - id: bad-action
          description: Unknown action
          action: deny
          message: nope
-     """, 4, "action"),
-    ("""\
+     """,
+        4,
+        "action",
+    ),
+    (
+        """\
      guardrails:
        - id: missing-message
          description: No message
          action: warn
        - id: second
-     """, 2, "message"),
-    ("""\
+     """,
+        2,
+        "message",
+    ),
+    (
+        """\
      guardrails:
        - id: prefer-staged-rollout
          description: Redefines a shipped rule
          action: warn
          message: duplicate
-     """, 2, "duplicate"),
-    ("""\
+     """,
+        2,
+        "duplicate",
+    ),
+    (
+        """\
      guardrails:
        - id: broken-yaml
          description: [unclosed
          action: warn
-     """, 4, "YAML"),
+     """,
+        4,
+        "YAML",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("body", "line", "word"), BAD_FILES,
-                         ids=["operator", "action", "missing-key", "duplicate-id", "syntax"])
+@pytest.mark.parametrize(
+    ("body", "line", "word"),
+    BAD_FILES,
+    ids=["operator", "action", "missing-key", "duplicate-id", "syntax"],
+)
 async def test_malformed_rule_file_stops_create_app(
     settings: Settings, embedder: Any, tmp_path: Path, body: str, line: int, word: str
 ) -> None:
@@ -507,20 +608,35 @@ async def test_malformed_rule_file_stops_create_app(
 
 STORED_CHECKS: list[tuple[str, dict[str, Any]]] = [
     ("token-alice", action(description="check one: plain")),
-    ("token-bob", action(description="check two: blocked", stakes="high", confidence=0.2,
-                         context={"affects_production": True, "ticket": "OPS-1"})),
-    ("token-alice", action(description="check three: warned", category="security",
-                           context={"nested": {"a": [1, 2]}, "flag": False})),
-    ("token-bob", action(description="check four: critical", stakes="critical",
-                         confidence=0.65)),
+    (
+        "token-bob",
+        action(
+            description="check two: blocked",
+            stakes="high",
+            confidence=0.2,
+            context={"affects_production": True, "ticket": "OPS-1"},
+        ),
+    ),
+    (
+        "token-alice",
+        action(
+            description="check three: warned",
+            category="security",
+            context={"nested": {"a": [1, 2]}, "flag": False},
+        ),
+    ),
+    ("token-bob", action(description="check four: critical", stakes="critical", confidence=0.65)),
     ("token-alice", {"description": "check five: only a description"}),
 ]
 
 
 async def _rule_results(settings: Settings, evaluation_id: str) -> dict[str, dict[str, Any]]:
-    rows = await sql(settings, "SELECT guardrail_id, severity, fired, message, error "
-                               "FROM guardrail_rule_results WHERE evaluation_id = :id",
-                     id=evaluation_id)
+    rows = await sql(
+        settings,
+        "SELECT guardrail_id, severity, fired, message, error "
+        "FROM guardrail_rule_results WHERE evaluation_id = :id",
+        id=evaluation_id,
+    )
     return {row["guardrail_id"]: row for row in rows}
 
 
@@ -556,8 +672,10 @@ async def test_every_check_is_stored_with_its_rule_results(
         if evaluated_at.tzinfo is None:
             evaluated_at = evaluated_at.replace(tzinfo=UTC)
         assert evaluated_at == start + timedelta(minutes=i + 1)
-        assert answer["evaluatedAt"] in (iso(evaluated_at),
-                                         iso(evaluated_at).replace("Z", "+00:00"))
+        assert answer["evaluatedAt"] in (
+            iso(evaluated_at),
+            iso(evaluated_at).replace("Z", "+00:00"),
+        )
         assert row["description"] == act["description"]
         assert row["category"] == act.get("category")
         assert row["stakes"] == act.get("stakes")
@@ -581,8 +699,11 @@ async def test_every_check_is_stored_with_its_rule_results(
             assert bool(result["fired"]) is (rule_id in blocks | warns), (rule_id, result)
             assert result["error"] is None
             if result["fired"]:
-                item = next(x for x in answer["violations"] + answer["warnings"]
-                            if x["guardrailId"] == rule_id)
+                item = next(
+                    x
+                    for x in answer["violations"] + answer["warnings"]
+                    if x["guardrailId"] == rule_id
+                )
                 assert result["message"] == item["message"]
     verdicts = [a["allowed"] for a in answers]
     assert True in verdicts and False in verdicts  # the mix the test is about
@@ -597,8 +718,11 @@ async def test_stored_rule_results_follow_the_scope(
         version = client.app.state.services.rules.version
         await check(rpc, action(description="in payments", project="payments"))
         await check(rpc, action(description="elsewhere"))
-    rows = await sql(settings, "SELECT id, description, project, evaluated, allowed, "
-                               "rule_set_version FROM guardrail_evaluations")
+    rows = await sql(
+        settings,
+        "SELECT id, description, project, evaluated, allowed, "
+        "rule_set_version FROM guardrail_evaluations",
+    )
     by_description = {row["description"]: row for row in rows}
     payments, elsewhere = by_description["in payments"], by_description["elsewhere"]
     assert payments["project"] == "payments" and payments["evaluated"] == 6
@@ -639,9 +763,11 @@ async def test_the_database_refuses_to_change_stored_evaluations(
 ) -> None:
     await check(rpc, action(stakes="high", confidence=0.1))
     await check(rpc, action(), token="token-bob")
-    snapshot_sql = ("SELECT e.id, e.agent, e.allowed, r.guardrail_id, r.fired, r.message "
-                    "FROM guardrail_evaluations AS e JOIN guardrail_rule_results AS r "
-                    "ON r.evaluation_id = e.id ORDER BY e.id, r.guardrail_id")
+    snapshot_sql = (
+        "SELECT e.id, e.agent, e.allowed, r.guardrail_id, r.fired, r.message "
+        "FROM guardrail_evaluations AS e JOIN guardrail_rule_results AS r "
+        "ON r.evaluation_id = e.id ORDER BY e.id, r.guardrail_id"
+    )
     before = await sql(settings, snapshot_sql)
     assert len(before) == 10
     for statement in CHANGES:
@@ -651,11 +777,11 @@ async def test_the_database_refuses_to_change_stored_evaluations(
     # targeted single-row changes are refused too
     one = before[0]["id"]
     with pytest.raises(DBAPIError):
-        await sql(settings, "DELETE FROM guardrail_rule_results WHERE evaluation_id = :id",
-                  id=one)
+        await sql(settings, "DELETE FROM guardrail_rule_results WHERE evaluation_id = :id", id=one)
     with pytest.raises(DBAPIError):
-        await sql(settings, "UPDATE guardrail_evaluations SET description = 'x' WHERE id = :id",
-                  id=one)
+        await sql(
+            settings, "UPDATE guardrail_evaluations SET description = 'x' WHERE id = :id", id=one
+        )
     assert await sql(settings, snapshot_sql) == before
 
 
@@ -670,8 +796,11 @@ def doc_sql_blocks() -> dict[str, str]:
     """Each ```sql block of the doc, keyed by the heading it sits under."""
     blocks: dict[str, str] = {}
     heading = ""
-    for match in re.finditer(r"^(#{1,6}) (?P<h>[^\n]+)$|^```sql\n(?P<sql>.*?)^```",
-                             DOC.read_text(encoding="utf-8"), re.M | re.S):
+    for match in re.finditer(
+        r"^(#{1,6}) (?P<h>[^\n]+)$|^```sql\n(?P<sql>.*?)^```",
+        DOC.read_text(encoding="utf-8"),
+        re.M | re.S,
+    ):
         if match.group("h"):
             heading = match.group("h").strip()
         else:
@@ -683,8 +812,11 @@ def doc_sql_blocks() -> dict[str, str]:
 def statement(sql_text: str) -> Any:
     """The doc's SQL with its timestamps bound as UTC datetimes (as the doc tells auditors)."""
     stmt = text(sql_text)
-    typed = [bindparam(name, type_=UtcDateTime()) for name in ("week_start", "since")
-             if re.search(rf":{name}\b", sql_text)]
+    typed = [
+        bindparam(name, type_=UtcDateTime())
+        for name in ("week_start", "since")
+        if re.search(rf":{name}\b", sql_text)
+    ]
     return stmt.bindparams(*typed) if typed else stmt
 
 
@@ -693,8 +825,9 @@ async def run_doc_sql(settings: Settings, sql_text: str, **params: Any) -> list[
     engine = create_async_engine(settings.database_url)
     try:
         async with engine.connect() as conn:
-            result = await conn.execute(statement(sql_text),
-                                        {k: v for k, v in params.items() if k in wanted})
+            result = await conn.execute(
+                statement(sql_text), {k: v for k, v in params.items() if k in wanted}
+            )
             return [dict(row._mapping) for row in result]
     finally:
         await engine.dispose()
@@ -704,25 +837,56 @@ NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
 PRODUCTION = {"affects_production": True}
 HISTORY: list[tuple[timedelta, str, dict[str, Any]]] = [
     # (how long before NOW, token, action)
-    (timedelta(days=10), "token-alice",
-     action(description="old: prod change without review", context=PRODUCTION)),
-    (timedelta(days=7, seconds=1), "token-bob",
-     action(description="just over a week ago: prod change without review", context=PRODUCTION)),
-    (timedelta(days=6), "token-alice",
-     action(description="A: prod change without review", context=PRODUCTION)),
-    (timedelta(days=5), "token-bob",
-     action(description="B: risky but reviewed", stakes="high", confidence=0.2,
-            context={"affects_production": True, "code_review": True, **STAGED})),
-    (timedelta(days=3), "token-bob",
-     action(description="C: prod and risky", stakes="critical", confidence=0.1,
-            context=PRODUCTION)),
-    (timedelta(days=2), "token-alice",
-     action(description="D: reviewed prod change",
-            context={"affects_production": True, "code_review": True})),
-    (timedelta(days=1), "token-alice",
-     action(description="E: warn only", stakes="high", confidence=0.9)),
-    (timedelta(hours=1), "token-bob",
-     action(description="F: prod change without review", context=PRODUCTION)),
+    (
+        timedelta(days=10),
+        "token-alice",
+        action(description="old: prod change without review", context=PRODUCTION),
+    ),
+    (
+        timedelta(days=7, seconds=1),
+        "token-bob",
+        action(description="just over a week ago: prod change without review", context=PRODUCTION),
+    ),
+    (
+        timedelta(days=6),
+        "token-alice",
+        action(description="A: prod change without review", context=PRODUCTION),
+    ),
+    (
+        timedelta(days=5),
+        "token-bob",
+        action(
+            description="B: risky but reviewed",
+            stakes="high",
+            confidence=0.2,
+            context={"affects_production": True, "code_review": True, **STAGED},
+        ),
+    ),
+    (
+        timedelta(days=3),
+        "token-bob",
+        action(
+            description="C: prod and risky", stakes="critical", confidence=0.1, context=PRODUCTION
+        ),
+    ),
+    (
+        timedelta(days=2),
+        "token-alice",
+        action(
+            description="D: reviewed prod change",
+            context={"affects_production": True, "code_review": True},
+        ),
+    ),
+    (
+        timedelta(days=1),
+        "token-alice",
+        action(description="E: warn only", stakes="high", confidence=0.9),
+    ),
+    (
+        timedelta(hours=1),
+        "token-bob",
+        action(description="F: prod change without review", context=PRODUCTION),
+    ),
 ]
 
 
@@ -751,8 +915,10 @@ def test_the_doc_has_the_blocked_this_week_query() -> None:
 @pytest.mark.parametrize(
     ("rule_id", "expected"),
     [
-        ("production-needs-code-review",
-         ["A: prod change without review", "C: prod and risky", "F: prod change without review"]),
+        (
+            "production-needs-code-review",
+            ["A: prod change without review", "C: prod and risky", "F: prod change without review"],
+        ),
         ("no-high-stakes-low-confidence", ["B: risky but reviewed", "C: prod and risky"]),
         ("prefer-staged-rollout", []),  # a warn rule never blocks anything
         ("critical-needs-high-confidence", []),
@@ -771,10 +937,20 @@ async def test_blocked_this_week_query_from_the_doc(
 async def test_every_cookbook_query_runs(history: Settings) -> None:
     blocks = doc_sql_blocks()
     assert len(blocks) >= 4
-    one = (await sql(history, "SELECT id FROM guardrail_evaluations WHERE description = :d",
-                     d="C: prod and risky"))[0]["id"]
-    params = {"rule_id": "production-needs-code-review", "week_start": NOW - timedelta(days=7),
-              "since": NOW - timedelta(days=7), "agent": "bob", "evaluation_id": one}
+    one = (
+        await sql(
+            history,
+            "SELECT id FROM guardrail_evaluations WHERE description = :d",
+            d="C: prod and risky",
+        )
+    )[0]["id"]
+    params = {
+        "rule_id": "production-needs-code-review",
+        "week_start": NOW - timedelta(days=7),
+        "since": NOW - timedelta(days=7),
+        "agent": "bob",
+        "evaluation_id": one,
+    }
     for heading, query in blocks.items():
         wanted = set(re.findall(r"(?<![:\w]):(\w+)", query))
         assert wanted <= set(params), (heading, wanted - set(params))

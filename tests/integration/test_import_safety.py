@@ -23,8 +23,12 @@ def billion_laughs() -> str:
     for level in range(1, 10):
         aliases = ", ".join([f"*a{level - 1}"] * 10)
         lines.append(f"a{level}: &a{level} [{aliases}]")
-    return GOOD + "affected_kpis:\n" + "\n".join("  " + line for line in lines) + \
-        "\noutcome: success\n"
+    return (
+        GOOD
+        + "affected_kpis:\n"
+        + "\n".join("  " + line for line in lines)
+        + "\noutcome: success\n"
+    )
 
 
 def env(settings: Settings, max_body: int | None = None) -> dict[str, str]:
@@ -50,8 +54,7 @@ def test_a_hostile_tree_is_listed_file_by_file_and_the_rest_imported(
     secret.write_text(GOOD.replace("Adopt feature flags", "A file outside the tree"))
     (journal / "good.yaml").write_text(GOOD)
     (journal / "laughs.yaml").write_text(billion_laughs())
-    (journal / "one-alias.yaml").write_text(
-        GOOD + "tags: &t [a, b]\nkpi_indicators: *t\n")
+    (journal / "one-alias.yaml").write_text(GOOD + "tags: &t [a, b]\nkpi_indicators: *t\n")
     (journal / "link.yaml").symlink_to(secret)
     (journal / "linked-dir").symlink_to(outside, target_is_directory=True)
     (journal / "2025" / "big.yaml").write_text(GOOD + "context: " + "x" * 40_000 + "\n")
@@ -59,10 +62,10 @@ def test_a_hostile_tree_is_listed_file_by_file_and_the_rest_imported(
     for _ in range(400):
         deep = "{a: " + deep + "}"
     (journal / "deep-kpis.yaml").write_text(GOOD + f"outcome: failure\naffected_kpis: {deep}\n")
-    (journal / "many-tags.yaml").write_text(yaml.safe_dump(
-        {**yaml.safe_load(GOOD), "tags": [f"t{i}" for i in range(101)]}))
-    (journal / "long-decision.yaml").write_text(
-        GOOD.replace("Adopt feature flags", "x" * 20_001))
+    (journal / "many-tags.yaml").write_text(
+        yaml.safe_dump({**yaml.safe_load(GOOD), "tags": [f"t{i}" for i in range(101)]})
+    )
+    (journal / "long-decision.yaml").write_text(GOOD.replace("Adopt feature flags", "x" * 20_001))
     (journal / "long-kpi.yaml").write_text(GOOD + f"kpi_indicators: [{'k' * 257}]\n")
 
     result = CliRunner().invoke(main, ["import", str(journal)], env=env(settings, 32_768))

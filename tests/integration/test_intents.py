@@ -41,8 +41,13 @@ SEED_PARAMS: dict[str, Any] = {
     "metadata": {"pr_number": 42, "branch": "feat/auth-v2", "commit": "abc123"},
 }
 SEED_RESULT_KEYS = {
-    "received", "correlationId", "receivedAt", "similarDecisions", "guardrailStatus",
-    "suggestions", "respondingAgent",
+    "received",
+    "correlationId",
+    "receivedAt",
+    "similarDecisions",
+    "guardrailStatus",
+    "suggestions",
+    "respondingAgent",
 }
 
 DEPLOYED = "Deployed auth service v2.1 to production behind a 30-minute rollback window"
@@ -183,10 +188,16 @@ async def test_seed_example_returns_every_field_and_leaves_audit_rows(
     assert evaluation.source == "announceIntent" and evaluation.agent == "alice"
     assert evaluation.description == SEED_PARAMS["intent"]
     assert (evaluation.category, evaluation.stakes, evaluation.confidence) == (
-        "architecture", "high", 0.85)
+        "architecture",
+        "high",
+        0.85,
+    )
     assert evaluation.allowed is True
     assert (evaluation.evaluated, evaluation.violations, evaluation.warnings) == (
-        status["evaluated"], 0, 1)
+        status["evaluated"],
+        0,
+        1,
+    )
     assert evaluation.facts["pr_number"] == 42 and evaluation.facts["branch"] == "feat/auth-v2"
     assert evaluation.rule_set_version
     results = await rows(
@@ -200,16 +211,21 @@ async def test_a_failed_similar_decision_is_shown_with_its_lessons_and_warned_ab
     rpc: Rpc,
 ) -> None:
     lessons = "Run schema migrations in a maintenance window: the table lock blocked logins"
-    failed = await record(rpc, decision(
-        "Migrate the user sessions table to the new schema during business hours"))
-    await review(rpc, failed, "failure", lessons=lessons,
-                 actualResult="Logins were blocked for 20 minutes")
+    failed = await record(
+        rpc, decision("Migrate the user sessions table to the new schema during business hours")
+    )
+    await review(
+        rpc, failed, "failure", lessons=lessons, actualResult="Logins were blocked for 20 minutes"
+    )
     await record(rpc, decision("Adopt weekly retrospective meetings for the team"))
 
-    result = await rpc.ok(ANNOUNCE, {
-        "intent": "Migrate the sessions table schema in the middle of the working day",
-        "category": "architecture",
-    })
+    result = await rpc.ok(
+        ANNOUNCE,
+        {
+            "intent": "Migrate the sessions table schema in the middle of the working day",
+            "category": "architecture",
+        },
+    )
     similar = result["similarDecisions"]
     assert similar[0]["id"] == failed
     assert similar[0]["outcome"] == "failure"
@@ -228,13 +244,19 @@ async def test_suggestions_are_capped_at_five(rpc: Rpc) -> None:
     ]
     for n, text_ in enumerate(texts):
         decision_id = await record(rpc, decision(text_, category="security"))
-        await review(rpc, decision_id, ("success", "failure", "partial", "success")[n],
-                     lessons=f"lesson {n}")
+        await review(
+            rpc, decision_id, ("success", "failure", "partial", "success")[n], lessons=f"lesson {n}"
+        )
     # critical stakes at 0.6 and category security: three warnings that carry a suggestion
-    result = await rpc.ok(ANNOUNCE, {
-        "intent": "Rotate all secrets of the payment platform at once",
-        "category": "security", "stakes": "critical", "confidence": 0.6,
-    })
+    result = await rpc.ok(
+        ANNOUNCE,
+        {
+            "intent": "Rotate all secrets of the payment platform at once",
+            "category": "security",
+            "stakes": "critical",
+            "confidence": 0.6,
+        },
+    )
     status = result["guardrailStatus"]
     assert status["allowed"] is True
     assert len(status["warnings"]) == 3
@@ -260,16 +282,25 @@ async def test_similar_decisions_are_the_query_decisions_search(rpc: Rpc) -> Non
     await review(rpc, ids[0], "success", actualResult="went fine")
     await review(rpc, ids[1], "partial", actualResult="slow", notes="cache was cold")
     await review(rpc, ids[2], "failure", actualResult="down", notes="n", lessons="test the switch")
-    params = {"intent": "Deploy a service to production", "context": "with a rollback plan",
-              "category": "architecture"}
+    params = {
+        "intent": "Deploy a service to production",
+        "context": "with a rollback plan",
+        "category": "architecture",
+    }
     announced = await rpc.ok(ANNOUNCE, params)
-    queried = await rpc.ok("cstp.queryDecisions", {
-        "query": "Deploy a service to production with a rollback plan",
-        "filters": {"category": "architecture"}, "limit": 5})
+    queried = await rpc.ok(
+        "cstp.queryDecisions",
+        {
+            "query": "Deploy a service to production with a rollback plan",
+            "filters": {"category": "architecture"},
+            "limit": 5,
+        },
+    )
     similar = announced["similarDecisions"]
     assert len(similar) == 5
     assert [(d["id"], d["distance"]) for d in similar] == [
-        (d["id"], d["distance"]) for d in queried["decisions"]]
+        (d["id"], d["distance"]) for d in queried["decisions"]
+    ]
     notes = {d["id"]: d.get("notes") for d in similar}
     expected = {ids[0]: "went fine", ids[1]: "cache was cold", ids[2]: "test the switch"}
     for decision_id, note in expected.items():
@@ -284,16 +315,26 @@ async def test_guardrails_see_metadata_but_metadata_cannot_override_core_fields(
     blocked = await rpc.ok(ANNOUNCE, {**base, "metadata": {"affects_production": True}})
     assert blocked["guardrailStatus"]["allowed"] is False
     assert [v["guardrailId"] for v in blocked["guardrailStatus"]["violations"]] == [
-        "production-needs-code-review"]
-    allowed = await rpc.ok(ANNOUNCE, {**base, "metadata": {"affects_production": True,
-                                                           "code_review": True}})
+        "production-needs-code-review"
+    ]
+    allowed = await rpc.ok(
+        ANNOUNCE, {**base, "metadata": {"affects_production": True, "code_review": True}}
+    )
     assert allowed["guardrailStatus"]["allowed"] is True
     # stakes/confidence from the params win over metadata keys of the same name
-    core = await rpc.ok(ANNOUNCE, {**base, "stakes": "high", "confidence": 0.3,
-                                   "metadata": {"stakes": "low", "confidence": 0.99}})
+    core = await rpc.ok(
+        ANNOUNCE,
+        {
+            **base,
+            "stakes": "high",
+            "confidence": 0.3,
+            "metadata": {"stakes": "low", "confidence": 0.99},
+        },
+    )
     assert core["guardrailStatus"]["allowed"] is False
     assert "no-high-stakes-low-confidence" in [
-        v["guardrailId"] for v in core["guardrailStatus"]["violations"]]
+        v["guardrailId"] for v in core["guardrailStatus"]["violations"]
+    ]
 
 
 async def test_missing_or_blank_intent_is_32602_naming_intent(rpc: Rpc) -> None:
@@ -307,14 +348,16 @@ async def test_missing_or_blank_intent_is_32602_naming_intent(rpc: Rpc) -> None:
 
 async def test_correlation_id_is_generated_when_absent(rpc: Rpc, db: AsyncEngine) -> None:
     first = await rpc.ok(ANNOUNCE, {"intent": "Add a cache in front of the search API"})
-    second = await rpc.ok(ANNOUNCE, {"intent": "Add a cache in front of the search API",
-                                     "correlationId": None})
+    second = await rpc.ok(
+        ANNOUNCE, {"intent": "Add a cache in front of the search API", "correlationId": None}
+    )
     for result in (first, second):
         assert str(uuid.UUID(result["correlationId"])) == result["correlationId"]
     assert first["correlationId"] != second["correlationId"]
     stored = await rows(db, Intent, Intent.agent == "alice")
     assert sorted(i.correlation_id for i in stored) == sorted(
-        [first["correlationId"], second["correlationId"]])
+        [first["correlationId"], second["correlationId"]]
+    )
 
 
 async def test_invalid_correlation_id_is_32602_naming_the_field(rpc: Rpc) -> None:
@@ -349,15 +392,20 @@ async def test_safe_retry_returns_the_identical_response_and_one_row(
 
     stored = await rows(db, Intent, Intent.correlation_id == "retry-1")
     assert [(i.agent, i.outcome) for i in stored] == [("alice", "ok")]
-    evaluations = await rows(db, GuardrailEvaluation,
-                             GuardrailEvaluation.source == "announceIntent")
+    evaluations = await rows(
+        db, GuardrailEvaluation, GuardrailEvaluation.source == "announceIntent"
+    )
     assert len(evaluations) == 1  # a retry is answered from the stored response
 
 
 async def test_concurrent_retries_get_one_answer_and_one_row(rpc: Rpc, db: AsyncEngine) -> None:
     await record(rpc, decision(DEPLOYED))
-    body = {"jsonrpc": "2.0", "method": ANNOUNCE, "id": 1,
-            "params": dict(SEED_PARAMS, correlationId="race-1")}
+    body = {
+        "jsonrpc": "2.0",
+        "method": ANNOUNCE,
+        "id": 1,
+        "params": dict(SEED_PARAMS, correlationId="race-1"),
+    }
     answers = await asyncio.gather(*(rpc.raw(body) for _ in range(6)))  # really overlapping
     assert all("result" in a.json() for a in answers), [a.content for a in answers]
     assert len({a.content for a in answers}) == 1
@@ -382,11 +430,13 @@ async def test_an_announcement_with_a_correlation_id_holds_no_writer_up_while_it
 
     monkeypatch.setattr(services.index, "query_text", slow_search)
     announcing = asyncio.ensure_future(
-        rpc.ok(ANNOUNCE, {"intent": "Add a cache", "correlationId": "slow-1"}))
+        rpc.ok(ANNOUNCE, {"intent": "Add a cache", "correlationId": "slow-1"})
+    )
     try:
         await asyncio.wait_for(searching.wait(), timeout=10)
         recorded = await asyncio.wait_for(
-            rpc.ok("cstp.recordDecision", decision("Use Redis for the cache")), timeout=10)
+            rpc.ok("cstp.recordDecision", decision("Use Redis for the cache")), timeout=10
+        )
         assert recorded["success"] is True
     finally:
         release.set()
@@ -408,21 +458,24 @@ async def test_same_correlation_id_for_a_different_intent_is_a_conflict(
         assert error["code"] == -32008, changed
     assert await rpc.ok(ANNOUNCE, params) == original
     stored = await rows(db, Intent, Intent.correlation_id == "c-1")
-    assert sorted((i.outcome, i.error_code) for i in stored) == [
-        ("failed", -32008)] * 4 + [("ok", None)]
+    assert sorted((i.outcome, i.error_code) for i in stored) == [("failed", -32008)] * 4 + [
+        ("ok", None)
+    ]
 
 
 async def test_another_agent_may_use_the_same_correlation_id(rpc: Rpc, db: AsyncEngine) -> None:
     alice = await rpc.ok(ANNOUNCE, {"intent": "Add a cache", "correlationId": "shared-1"})
-    bob = await rpc.ok(ANNOUNCE, {"intent": "Remove the cache", "correlationId": "shared-1"},
-                       token="token-bob")
+    bob = await rpc.ok(
+        ANNOUNCE, {"intent": "Remove the cache", "correlationId": "shared-1"}, token="token-bob"
+    )
     assert bob["correlationId"] == alice["correlationId"] == "shared-1"
     again = await rpc.ok(ANNOUNCE, {"intent": "Add a cache", "correlationId": "shared-1"})
     assert again == alice
-    stored = await rows(db, Intent, Intent.correlation_id == "shared-1",
-                        order_by=Intent.agent)
+    stored = await rows(db, Intent, Intent.correlation_id == "shared-1", order_by=Intent.agent)
     assert [(i.agent, i.intent, i.outcome) for i in stored] == [
-        ("alice", "Add a cache", "ok"), ("bob", "Remove the cache", "ok")]
+        ("alice", "Add a cache", "ok"),
+        ("bob", "Remove the cache", "ok"),
+    ]
 
 
 async def test_a_decision_carries_the_correlation_id_its_client_chose(
@@ -430,38 +483,52 @@ async def test_a_decision_carries_the_correlation_id_its_client_chose(
 ) -> None:
     cid = "deploy-auth-42"
     await rpc.ok(ANNOUNCE, {"intent": "Deploy the auth service", "correlationId": cid})
-    recorded = await rpc.ok("cstp.recordDecision", {
-        "decision": "Deploy the auth service on Tuesday", "confidence": 0.8,
-        "category": "architecture", "correlationId": cid,
-    })
-    other = await rpc.ok("cstp.recordDecision", {
-        "decision": "Keep the old auth service running for a week", "confidence": 0.7,
-        "category": "architecture",
-    })
+    recorded = await rpc.ok(
+        "cstp.recordDecision",
+        {
+            "decision": "Deploy the auth service on Tuesday",
+            "confidence": 0.8,
+            "category": "architecture",
+            "correlationId": cid,
+        },
+    )
+    other = await rpc.ok(
+        "cstp.recordDecision",
+        {
+            "decision": "Keep the old auth service running for a week",
+            "confidence": 0.7,
+            "category": "architecture",
+        },
+    )
 
     got = (await rpc.ok("cstp.getDecision", {"id": recorded["id"]}))["decision"]
     assert got["correlationId"] == cid
     assert (await rpc.ok("cstp.getDecision", {"id": other["id"]}))["decision"][
-        "correlationId"] is None
+        "correlationId"
+    ] is None
 
     exported = yaml.safe_load(
-        (settings.decisions_dir / recorded["path"].removeprefix("decisions/")).read_text())
+        (settings.decisions_dir / recorded["path"].removeprefix("decisions/")).read_text()
+    )
     assert exported["correlation_id"] == cid
 
     listed = await rpc.ok("cstp.listDecisions", {"correlationId": cid})
-    assert [(d["id"], d["correlationId"]) for d in listed["decisions"]] == [
-        (recorded["id"], cid)]
+    assert [(d["id"], d["correlationId"]) for d in listed["decisions"]] == [(recorded["id"], cid)]
     assert listed["total"] == 1
     everything = await rpc.ok("cstp.listDecisions", {})
     assert {d["id"] for d in everything["decisions"]} == {recorded["id"], other["id"]}
     assert (await rpc.error("cstp.listDecisions", {"correlationId": "bad id"}))["data"][
-        "field"] == "correlationId"
+        "field"
+    ] == "correlationId"
 
     # An auditor joins decisions to the intents they followed on the client's own id.
-    joined = await run_sql(database_url, """
+    joined = await run_sql(
+        database_url,
+        """
         SELECT d.id AS decision_id, i.intent FROM decisions d
         JOIN intents i ON i.agent = d.recorded_by AND i.correlation_id = d.correlation_id
-        WHERE i.outcome = 'ok'""")
+        WHERE i.outcome = 'ok'""",
+    )
     assert joined == [{"decision_id": recorded["id"], "intent": "Deploy the auth service"}]
 
 
@@ -474,12 +541,14 @@ async def test_a_refused_announcement_with_too_deep_metadata_is_still_audited(
     deep: Any = "leaf"
     for _ in range(900):
         deep = {"k": deep}
-    error = await rpc.error(ANNOUNCE, {"intent": "Nested facts\x00", "correlationId": "deep-1",
-                                       "metadata": deep})
+    error = await rpc.error(
+        ANNOUNCE, {"intent": "Nested facts\x00", "correlationId": "deep-1", "metadata": deep}
+    )
     assert error["code"] == -32602
     stored = await rows(db, Intent, Intent.correlation_id == "deep-1")
     assert [(i.outcome, i.error_code, i.intent, i.metadata_) for i in stored] == [
-        ("failed", -32602, "Nested facts\ufffd", None)]
+        ("failed", -32602, "Nested facts\ufffd", None)
+    ]
 
 
 async def test_index_down_is_32003_and_the_intent_row_says_failed(
@@ -502,8 +571,7 @@ async def test_index_down_is_32003_and_the_intent_row_says_failed(
         assert row.response is None and row.allowed is None
         assert await rows(db, IntentMatch, IntentMatch.intent_id == row.id) == []
         # a failed announcement cannot be used as a decision's announcement
-        error = await rpc.error("cstp.recordDecision",
-                                decision(DEPLOYED, correlationId="down-1"))
+        error = await rpc.error("cstp.recordDecision", decision(DEPLOYED, correlationId="down-1"))
         assert error["code"] == -32602 and error["data"]["field"] == "correlationId"
 
 
@@ -516,22 +584,42 @@ async def test_record_decision_links_the_intent_and_takes_pre_decision_from_it(
     await record(rpc, decision(DEPLOYED))
     await record(rpc, decision(ROLLED_BACK))
     # high stakes at 0.3 confidence: a block rule fires, so the announcement is not allowed
-    announced = await rpc.ok(ANNOUNCE, {
-        "intent": "Deploy the new authentication service to production", "category":
-        "architecture", "stakes": "high", "confidence": 0.3, "correlationId": "link-1",
-    })
+    announced = await rpc.ok(
+        ANNOUNCE,
+        {
+            "intent": "Deploy the new authentication service to production",
+            "category": "architecture",
+            "stakes": "high",
+            "confidence": 0.3,
+            "correlationId": "link-1",
+        },
+    )
     assert announced["guardrailStatus"]["allowed"] is False
     shown = len(announced["similarDecisions"])
     assert shown == 2
 
-    claimed = {"queryRun": False, "similarFound": 99, "guardrailsChecked": False,
-               "guardrailsPassed": True}
-    recorded = await rpc.ok("cstp.recordDecision", decision(
-        "Deploy the new authentication service behind a feature flag",
-        stakes="high", correlationId="link-1", preDecision=claimed))
+    claimed = {
+        "queryRun": False,
+        "similarFound": 99,
+        "guardrailsChecked": False,
+        "guardrailsPassed": True,
+    }
+    recorded = await rpc.ok(
+        "cstp.recordDecision",
+        decision(
+            "Deploy the new authentication service behind a feature flag",
+            stakes="high",
+            correlationId="link-1",
+            preDecision=claimed,
+        ),
+    )
     got = (await rpc.ok("cstp.getDecision", {"id": recorded["id"]}))["decision"]
-    assert got["preDecision"] == {"queryRun": True, "similarFound": shown,
-                                  "guardrailsChecked": True, "guardrailsPassed": False}
+    assert got["preDecision"] == {
+        "queryRun": True,
+        "similarFound": shown,
+        "guardrailsChecked": True,
+        "guardrailsPassed": False,
+    }
 
     [intent] = await rows(db, Intent, Intent.correlation_id == "link-1")
     [row] = await rows(db, Decision, Decision.id == recorded["id"])
@@ -540,10 +628,13 @@ async def test_record_decision_links_the_intent_and_takes_pre_decision_from_it(
     assert row.pre_similar_found == shown and row.pre_guardrails_passed is False
 
     # an allowed announcement gives guardrailsPassed true
-    await rpc.ok(ANNOUNCE, {"intent": "Add a read replica", "category": "architecture",
-                            "correlationId": "link-2"})
-    second = await rpc.ok("cstp.recordDecision", decision(
-        "Add a read replica for reporting", correlationId="link-2"))
+    await rpc.ok(
+        ANNOUNCE,
+        {"intent": "Add a read replica", "category": "architecture", "correlationId": "link-2"},
+    )
+    second = await rpc.ok(
+        "cstp.recordDecision", decision("Add a read replica for reporting", correlationId="link-2")
+    )
     got = (await rpc.ok("cstp.getDecision", {"id": second["id"]}))["decision"]
     assert got["preDecision"]["guardrailsPassed"] is True
     assert got["preDecision"]["queryRun"] is True
@@ -555,11 +646,13 @@ async def test_record_decision_with_unknown_or_foreign_correlation_id_is_32602(
     await rpc.ok(ANNOUNCE, {"intent": "Add a cache", "correlationId": "alice-only"})
     for token, cid in (("token-alice", "never-announced"), ("token-bob", "alice-only")):
         error = await rpc.error(
-            "cstp.recordDecision", decision("Add a cache", correlationId=cid), token=token)
+            "cstp.recordDecision", decision("Add a cache", correlationId=cid), token=token
+        )
         assert error["code"] == -32602
         assert error["data"]["field"] == "correlationId"
-    error = await rpc.error("cstp.recordDecision", decision("Add a cache",
-                                                            correlationId="has space"))
+    error = await rpc.error(
+        "cstp.recordDecision", decision("Add a cache", correlationId="has space")
+    )
     assert error["code"] == -32602 and error["data"]["field"] == "correlationId"
     assert (await rpc.ok("cstp.listDecisions"))["total"] == 0
 
@@ -585,8 +678,13 @@ async def test_intents_and_matches_refuse_update_and_delete(rpc: Rpc, db: AsyncE
                 await conn.execute(text(statement))
         assert "append-only" in str(info.value), statement
     async with db.connect() as conn:
-        counts = (await conn.execute(text(
-            "SELECT (SELECT COUNT(*) FROM intents WHERE outcome = 'ok' "
-            "AND response IS NOT NULL), "
-            "(SELECT COUNT(*) FROM intent_matches WHERE distance > 0)"))).one()
+        counts = (
+            await conn.execute(
+                text(
+                    "SELECT (SELECT COUNT(*) FROM intents WHERE outcome = 'ok' "
+                    "AND response IS NOT NULL), "
+                    "(SELECT COUNT(*) FROM intent_matches WHERE distance > 0)"
+                )
+            )
+        ).one()
     assert tuple(counts) == (1, 1)

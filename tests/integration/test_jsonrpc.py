@@ -32,10 +32,14 @@ async def test_unknown_method_is_32601(rpc: Any) -> None:
 
 
 async def test_invalid_json_is_parse_error_with_null_id(client: Any) -> None:
-    response = await post_raw(client, b'{"jsonrpc": "2.0", "method": "foobar, "params": "bar", "baz]')
+    response = await post_raw(
+        client, b'{"jsonrpc": "2.0", "method": "foobar, "params": "bar", "baz]'
+    )
     assert response.status_code == 200
     assert response.json() == {
-        "jsonrpc": "2.0", "error": {"code": -32700, "message": "Parse error"}, "id": None,
+        "jsonrpc": "2.0",
+        "error": {"code": -32700, "message": "Parse error"},
+        "id": None,
     }
 
 
@@ -47,7 +51,9 @@ async def test_invalid_request_object(client: Any) -> None:
 
 
 async def test_wrong_jsonrpc_version_is_invalid_request_echoing_id(client: Any) -> None:
-    response = await post_raw(client, b'{"jsonrpc": "1.0", "method": "cstp.listDecisions", "id": 7}')
+    response = await post_raw(
+        client, b'{"jsonrpc": "1.0", "method": "cstp.listDecisions", "id": 7}'
+    )
     assert response.json()["error"]["code"] == -32600
     assert response.json()["id"] == 7
 
@@ -68,8 +74,9 @@ async def test_empty_batch_is_one_invalid_request(client: Any) -> None:
 
 async def test_invalid_batch_of_one(client: Any) -> None:
     answer = (await post_raw(client, b"[1]")).json()
-    assert answer == [{"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid Request"},
-                       "id": None}]
+    assert answer == [
+        {"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid Request"}, "id": None}
+    ]
 
 
 async def test_invalid_batch_of_three(client: Any) -> None:
@@ -91,8 +98,11 @@ async def test_mixed_batch(client: Any) -> None:
     assert len(answer) == 5
     assert answer[0]["id"] == "1" and answer[0]["result"]["limit"] == 1
     assert answer[1]["id"] == "2" and answer[1]["result"]["limit"] == 3
-    assert answer[2] == {"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid Request"},
-                         "id": None}
+    assert answer[2] == {
+        "jsonrpc": "2.0",
+        "error": {"code": -32600, "message": "Invalid Request"},
+        "id": None,
+    }
     assert answer[3]["id"] == "5" and answer[3]["error"]["code"] == -32601
     assert answer[4]["id"] == "9" and "result" in answer[4]
 
@@ -139,9 +149,11 @@ async def test_a_number_id_comes_back_as_the_client_wrote_it(client: Any) -> Non
         single = f'{{"jsonrpc": "2.0", "method": "cstp.listDecisions", "id": {text}}}'
         raw = (await post_raw(client, single.encode())).content
         assert raw.endswith(f'"id":{text}}}'.encode()), raw
-        batch = (f'[{{"jsonrpc": "2.0", "method": "cstp.listDecisions", "id": "a"}}, '
-                 f'{{"jsonrpc": "2.0", "method": "nope", "id": {text}}}, '
-                 f'{{"jsonrpc": "2.0", "method": "cstp.listDecisions"}}, 5]')
+        batch = (
+            f'[{{"jsonrpc": "2.0", "method": "cstp.listDecisions", "id": "a"}}, '
+            f'{{"jsonrpc": "2.0", "method": "nope", "id": {text}}}, '
+            f'{{"jsonrpc": "2.0", "method": "cstp.listDecisions"}}, 5]'
+        )
         raw = (await post_raw(client, batch.encode())).content
         assert f'"id":{text}}}'.encode() in raw, raw
         assert [item["id"] for item in json.loads(raw)] == ["a", json.loads(text), None]
@@ -163,17 +175,17 @@ async def test_batch_is_capped(client: Any, services: Any) -> None:
 
 
 async def test_body_over_the_cap_is_413(client: Any, services: Any) -> None:
-    big = b'{"jsonrpc":"2.0","method":"cstp.listDecisions","id":1,"params":{"search":"' + (
-        b"x" * (services.settings.max_body_bytes + 10)
-    ) + b'"}}'
+    big = (
+        b'{"jsonrpc":"2.0","method":"cstp.listDecisions","id":1,"params":{"search":"'
+        + (b"x" * (services.settings.max_body_bytes + 10))
+        + b'"}}'
+    )
     response = await post_raw(client, big)
     assert response.status_code == 413
     assert response.json()["error"] == "payload_too_large"
 
 
-async def test_unexpected_error_is_generic_and_logged(
-    client: Any, rpc: Any, caplog: Any
-) -> None:
+async def test_unexpected_error_is_generic_and_logged(client: Any, rpc: Any, caplog: Any) -> None:
     class NoParams(msgspec.Struct):
         pass
 
@@ -192,10 +204,14 @@ async def test_one_structured_log_line_per_call(rpc: Any, caplog: Any) -> None:
     with caplog.at_level(logging.INFO, logger="cstp.rpc"):
         await rpc.call("cstp.listDecisions", {"limit": 2})
         await rpc.call("cstp.getDecision", {"id": "zz"})
-    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "cstp.rpc"
-             and r.getMessage().startswith("{")]
+    lines = [
+        json.loads(r.getMessage())
+        for r in caplog.records
+        if r.name == "cstp.rpc" and r.getMessage().startswith("{")
+    ]
     assert [(l["method"], l["outcome"]) for l in lines] == [
-        ("cstp.listDecisions", "ok"), ("cstp.getDecision", "-32602"),
+        ("cstp.listDecisions", "ok"),
+        ("cstp.getDecision", "-32602"),
     ]
     for line in lines:
         assert line["agent"] == "alice" and line["id"] == 1 and line["durationMs"] >= 0

@@ -9,7 +9,10 @@ from typing import Any
 import pytest
 
 from app.operations.params import (
-    FREE_FORM_MAX_BYTES, FREE_FORM_MAX_DEPTH, FREE_FORM_MAX_KEY_LENGTH, FREE_FORM_MAX_KEYS,
+    FREE_FORM_MAX_BYTES,
+    FREE_FORM_MAX_DEPTH,
+    FREE_FORM_MAX_KEY_LENGTH,
+    FREE_FORM_MAX_KEYS,
 )
 from conftest import Rpc
 
@@ -27,8 +30,7 @@ TOO_MUCH = [
     (nested(400), "is nested more than 8 levels deep"),
     ({"list": [[[[[[[[1]]]]]]]]}, "is nested more than 8 levels deep"),
     ({f"k{i}": i for i in range(FREE_FORM_MAX_KEYS + 1)}, "has more than 256 keys in all"),
-    ({f"k{i}": {f"j{j}": j for j in range(30)} for i in range(9)},
-     "has more than 256 keys in all"),
+    ({f"k{i}": {f"j{j}": j for j in range(30)} for i in range(9)}, "has more than 256 keys in all"),
     ({"k" * (FREE_FORM_MAX_KEY_LENGTH + 1): 1}, "has a key longer than 256 characters"),
     ({"blob": "x" * FREE_FORM_MAX_BYTES}, "is larger than 65536 bytes as JSON"),
 ]
@@ -36,17 +38,31 @@ TOO_MUCH = [
 
 async def calls(rpc: Rpc, value: dict[str, Any]) -> list[tuple[str, str, Any]]:
     """(method, field, answer) of one call per free-form field holding ``value``."""
-    recorded = await rpc.ok("cstp.recordDecision", {
-        "decision": "Cache search results", "confidence": 0.6, "category": "architecture"})
+    recorded = await rpc.ok(
+        "cstp.recordDecision",
+        {"decision": "Cache search results", "confidence": 0.6, "category": "architecture"},
+    )
     return [
-        ("cstp.announceIntent", "metadata",
-         await rpc.call("cstp.announceIntent", {"intent": "Add a cache", "metadata": value})),
-        ("cstp.checkGuardrails", "action.context",
-         await rpc.call("cstp.checkGuardrails",
-                        {"action": {"description": "Add a cache", "context": value}})),
-        ("cstp.reviewDecision", "affectedKpis",
-         await rpc.call("cstp.reviewDecision", {"id": recorded["id"], "outcome": "success",
-                                                "affectedKpis": value})),
+        (
+            "cstp.announceIntent",
+            "metadata",
+            await rpc.call("cstp.announceIntent", {"intent": "Add a cache", "metadata": value}),
+        ),
+        (
+            "cstp.checkGuardrails",
+            "action.context",
+            await rpc.call(
+                "cstp.checkGuardrails", {"action": {"description": "Add a cache", "context": value}}
+            ),
+        ),
+        (
+            "cstp.reviewDecision",
+            "affectedKpis",
+            await rpc.call(
+                "cstp.reviewDecision",
+                {"id": recorded["id"], "outcome": "success", "affectedKpis": value},
+            ),
+        ),
     ]
 
 
@@ -67,8 +83,9 @@ async def test_a_free_form_object_at_its_limits_is_taken_and_exported(rpc: Rpc) 
     at_limits = {**nested(FREE_FORM_MAX_DEPTH), "list": [1, 2, 3], "text": "x" * 1000}
     for method, _field, answer in await calls(rpc, at_limits):
         assert "result" in answer, (method, answer)
-    reviewed = [d for d in (await rpc.ok("cstp.listDecisions"))["decisions"]
-                if d["status"] == "reviewed"]
+    reviewed = [
+        d for d in (await rpc.ok("cstp.listDecisions"))["decisions"] if d["status"] == "reviewed"
+    ]
     got = await rpc.ok("cstp.getDecision", {"id": reviewed[0]["id"]})
     assert got["decision"]["affectedKpis"] == at_limits
 

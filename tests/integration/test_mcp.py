@@ -25,9 +25,17 @@ from app.rpc.discover import build_document
 from conftest import run_sql, wait_until_up
 
 BIN = Path(sys.executable).parent
-TOOLS = ["announce_intent", "check_guardrails", "get_calibration", "get_decision",
-         "list_decisions", "list_guardrails", "query_decisions", "record_decision",
-         "review_decision"]
+TOOLS = [
+    "announce_intent",
+    "check_guardrails",
+    "get_calibration",
+    "get_decision",
+    "list_decisions",
+    "list_guardrails",
+    "query_decisions",
+    "record_decision",
+    "review_decision",
+]
 ANNOUNCE_BUDGET = 4
 
 
@@ -55,7 +63,8 @@ def server(database_url: str, tmp_path: Path) -> Iterator[Server]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CSTP_")}
     env.update(
-        CSTP_DATABASE_URL=database_url, CSTP_DATA_DIR=str(tmp_path / "data"),
+        CSTP_DATABASE_URL=database_url,
+        CSTP_DATA_DIR=str(tmp_path / "data"),
         CSTP_DECISIONS_DIR=str(tmp_path / "decisions"),
         CSTP_AUTH_TOKENS="alice:token-alice,bob:token-bob",
         CSTP_RATE_LIMITS=f"default=1000/60,cstp.announceIntent={ANNOUNCE_BUDGET}/600",
@@ -65,11 +74,13 @@ def server(database_url: str, tmp_path: Path) -> Iterator[Server]:
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [str(BIN / "cstp"), "serve", "--host", "127.0.0.1", "--port", str(port)],
-            env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
         )
     try:
-        wait_until_up(proc, f"http://127.0.0.1:{port}/ready", 120,
-                      lambda: log.read_text()[-3000:])
+        wait_until_up(proc, f"http://127.0.0.1:{port}/ready", 120, lambda: log.read_text()[-3000:])
         yield Server(f"http://127.0.0.1:{port}", log)
     finally:
         proc.terminate()
@@ -83,10 +94,14 @@ def server(database_url: str, tmp_path: Path) -> Iterator[Server]:
 
 @asynccontextmanager
 async def http_session(server: Server, token: str) -> AsyncIterator[ClientSession]:
-    client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"},
-                                timeout=httpx2.Timeout(60, read=120))
-    async with client, streamable_http_client(server.mcp, http_client=client) as (r, w), \
-            ClientSession(r, w) as session:
+    client = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(60, read=120)
+    )
+    async with (
+        client,
+        streamable_http_client(server.mcp, http_client=client) as (r, w),
+        ClientSession(r, w) as session,
+    ):
         await session.initialize()
         yield session
 
@@ -94,7 +109,8 @@ async def http_session(server: Server, token: str) -> AsyncIterator[ClientSessio
 @asynccontextmanager
 async def stdio_session(server: Server, token: str) -> AsyncIterator[ClientSession]:
     params = StdioServerParameters(
-        command=str(BIN / "cstp"), args=["mcp"],
+        command=str(BIN / "cstp"),
+        args=["mcp"],
         env={"CSTP_URL": server.url, "CSTP_TOKEN": token, "PATH": os.environ["PATH"]},
     )
     async with stdio_client(params) as (r, w), ClientSession(r, w) as session:
@@ -119,8 +135,9 @@ async def error_of(session: ClientSession, tool: str, arguments: dict[str, Any])
     return error
 
 
-async def the_same_calls(session: ClientSession, server: Server, database_url: str,
-                         correlation_id: str) -> None:
+async def the_same_calls(
+    session: ClientSession, server: Server, database_url: str, correlation_id: str
+) -> None:
     """List the tools, announce, record with the correlationId, find it, check the rows."""
     tools = (await session.list_tools()).tools
     assert sorted(t.name for t in tools) == TOOLS
@@ -130,38 +147,59 @@ async def the_same_calls(session: ClientSession, server: Server, database_url: s
     record = by_name["record_decision"]
     assert set(record.input_schema["required"]) == {"decision", "confidence", "category"}
     assert set(record.input_schema["properties"]) == {
-        p["name"] for p in discover["cstp.recordDecision"]["params"]}
+        p["name"] for p in discover["cstp.recordDecision"]["params"]
+    }
     assert record.description and "confidence" in record.description
     assert by_name["announce_intent"].output_schema is not None
 
-    announced = await call(session, "announce_intent", {
-        "intent": "Deploy the billing service to production", "stakes": "high",
-        "confidence": 0.8, "correlationId": correlation_id,
-        "agent": {"id": "bob"},  # informational: the token's agent is the one recorded
-    })
+    announced = await call(
+        session,
+        "announce_intent",
+        {
+            "intent": "Deploy the billing service to production",
+            "stakes": "high",
+            "confidence": 0.8,
+            "correlationId": correlation_id,
+            "agent": {"id": "bob"},  # informational: the token's agent is the one recorded
+        },
+    )
     assert announced["correlationId"] == correlation_id
     assert announced["guardrailStatus"]["evaluated"] >= 1
-    recorded = await call(session, "record_decision", {
-        "decision": "Deploy billing on Tuesday behind a feature flag", "confidence": 0.8,
-        "category": "architecture", "correlationId": correlation_id, "agent": "bob",
-    })
+    recorded = await call(
+        session,
+        "record_decision",
+        {
+            "decision": "Deploy billing on Tuesday behind a feature flag",
+            "confidence": 0.8,
+            "category": "architecture",
+            "correlationId": correlation_id,
+            "agent": "bob",
+        },
+    )
     assert recorded["indexed"] is True
     found = await call(session, "query_decisions", {"query": "deploy billing feature flag"})
     assert recorded["id"] in [d["id"] for d in found["decisions"]]
     assert found["agent"] == "alice"
 
-    intents = await run_sql(database_url, "SELECT agent FROM intents WHERE correlation_id = :c",
-                            c=correlation_id)
+    intents = await run_sql(
+        database_url, "SELECT agent FROM intents WHERE correlation_id = :c", c=correlation_id
+    )
     assert intents == [{"agent": "alice"}]
     decisions = await run_sql(
-        database_url, "SELECT recorded_by, correlation_id FROM decisions WHERE id = :id",
-        id=recorded["id"])
+        database_url,
+        "SELECT recorded_by, correlation_id FROM decisions WHERE id = :id",
+        id=recorded["id"],
+    )
     assert decisions == [{"recorded_by": "alice", "correlation_id": correlation_id}]
 
-    invalid = await error_of(session, "record_decision", {
-        "decision": "x", "confidence": 1.5, "category": "architecture"})
-    assert invalid == {"code": -32602, "message": "Invalid params",
-                       "data": {"field": "confidence", "error": "must be between 0.0 and 1.0"}}
+    invalid = await error_of(
+        session, "record_decision", {"decision": "x", "confidence": 1.5, "category": "architecture"}
+    )
+    assert invalid == {
+        "code": -32602,
+        "message": "Invalid params",
+        "data": {"field": "confidence", "error": "must be between 0.0 and 1.0"},
+    }
     missing = await error_of(session, "get_decision", {"id": "0badcafe"})
     assert missing["code"] == -32007 and missing["data"] == {"id": "0badcafe"}
 
@@ -194,8 +232,10 @@ async def test_mcp_refuses_a_host_it_does_not_serve(server: Server) -> None:
     """DNS-rebinding protection: a page in a browser cannot reach /mcp through a name that
     resolves to this machine; the names it serves are CSTP_MCP_ALLOWED_HOSTS."""
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
-    headers = {"Accept": "application/json, text/event-stream",
-               "Authorization": "Bearer token-alice"}
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Authorization": "Bearer token-alice",
+    }
     async with httpx.AsyncClient() as client:
         evil = await client.post(server.mcp, json=body, headers={**headers, "Host": "evil.example"})
         assert evil.status_code == 421
@@ -206,10 +246,16 @@ async def test_mcp_refuses_a_host_it_does_not_serve(server: Server) -> None:
 async def test_one_announce_budget_across_cstp_and_mcp(server: Server) -> None:
     async def over_cstp(n: int) -> dict[str, Any]:
         async with httpx.AsyncClient() as client:
-            response = await client.post(f"{server.url}/cstp", headers={
-                "Authorization": "Bearer token-alice"}, json={
-                "jsonrpc": "2.0", "id": n, "method": "cstp.announceIntent",
-                "params": {"intent": f"Add cache number {n}"}})
+            response = await client.post(
+                f"{server.url}/cstp",
+                headers={"Authorization": "Bearer token-alice"},
+                json={
+                    "jsonrpc": "2.0",
+                    "id": n,
+                    "method": "cstp.announceIntent",
+                    "params": {"intent": f"Add cache number {n}"},
+                },
+            )
         answer: dict[str, Any] = response.json()
         return answer
 
@@ -228,9 +274,13 @@ async def test_one_announce_budget_across_cstp_and_mcp(server: Server) -> None:
 
 def test_cstp_mcp_with_a_refused_token_says_so_in_one_line(server: Server) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CSTP_")}
-    done = subprocess.run([str(BIN / "cstp"), "mcp"], env={
-        **env, "CSTP_URL": server.url, "CSTP_TOKEN": "nope"},
-        input=b"", capture_output=True, timeout=60)
+    done = subprocess.run(
+        [str(BIN / "cstp"), "mcp"],
+        env={**env, "CSTP_URL": server.url, "CSTP_TOKEN": "nope"},
+        input=b"",
+        capture_output=True,
+        timeout=60,
+    )
     assert done.returncode == 1
     assert done.stdout == b""
     lines = done.stderr.decode().strip().splitlines()

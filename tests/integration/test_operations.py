@@ -36,40 +36,58 @@ async def _fill_at(url: str, revision: str) -> None:
     sqlite = url.startswith("sqlite")
     engine = create_async_engine(url)
     async with engine.begin() as conn:
-        await conn.execute(text(
-            "INSERT INTO decisions (id, summary, decision, category, confidence, stakes, status,"
-            " created_at, recorded_by, context, mental_state, review_in, kpi_indicators,"
-            " pre_query_run, project, pr, outcome, reviewed_at, reviewed_by, lessons)"
-            " VALUES ('0a0b0c0d', 'Adopt blue-green deploys for the auth service',"
-            " 'Adopt blue-green deploys for the auth service', 'process', 0.7, 'high',"
-            " :status, :created, 'legacy-agent', 'Downtime during releases', 'deliberate',"
-            " '2w', :kpis, :true, 'auth', 42, :outcome, :reviewed, :reviewer, :lessons)"
-        ), {
-            "status": "reviewed" if revision >= "0003" else "pending",
-            "created": _ts(WHEN, sqlite), "kpis": json.dumps(["uptime"]), "true": True,
-            "outcome": "success" if revision >= "0003" else None,
-            "reviewed": _ts(WHEN, sqlite) if revision >= "0003" else None,
-            "reviewer": "legacy-agent" if revision >= "0003" else None,
-            "lessons": "Keep the old pool warm" if revision >= "0003" else None,
-        })
-        await conn.execute(text(
-            "INSERT INTO decision_reasons (decision_id, position, type, text, strength)"
-            " VALUES ('0a0b0c0d', 0, 'empirical', 'Two outages last quarter', 0.9)"))
-        await conn.execute(text(
-            "INSERT INTO decision_tags (decision_id, tag, position)"
-            " VALUES ('0a0b0c0d', 'deploy', 0)"))
+        await conn.execute(
+            text(
+                "INSERT INTO decisions (id, summary, decision, category, confidence, stakes, status,"
+                " created_at, recorded_by, context, mental_state, review_in, kpi_indicators,"
+                " pre_query_run, project, pr, outcome, reviewed_at, reviewed_by, lessons)"
+                " VALUES ('0a0b0c0d', 'Adopt blue-green deploys for the auth service',"
+                " 'Adopt blue-green deploys for the auth service', 'process', 0.7, 'high',"
+                " :status, :created, 'legacy-agent', 'Downtime during releases', 'deliberate',"
+                " '2w', :kpis, :true, 'auth', 42, :outcome, :reviewed, :reviewer, :lessons)"
+            ),
+            {
+                "status": "reviewed" if revision >= "0003" else "pending",
+                "created": _ts(WHEN, sqlite),
+                "kpis": json.dumps(["uptime"]),
+                "true": True,
+                "outcome": "success" if revision >= "0003" else None,
+                "reviewed": _ts(WHEN, sqlite) if revision >= "0003" else None,
+                "reviewer": "legacy-agent" if revision >= "0003" else None,
+                "lessons": "Keep the old pool warm" if revision >= "0003" else None,
+            },
+        )
+        await conn.execute(
+            text(
+                "INSERT INTO decision_reasons (decision_id, position, type, text, strength)"
+                " VALUES ('0a0b0c0d', 0, 'empirical', 'Two outages last quarter', 0.9)"
+            )
+        )
+        await conn.execute(
+            text(
+                "INSERT INTO decision_tags (decision_id, tag, position)"
+                " VALUES ('0a0b0c0d', 'deploy', 0)"
+            )
+        )
         if revision >= "0002":
-            await conn.execute(text(
-                "INSERT INTO guardrail_evaluations (id, agent, source, evaluated_at, description,"
-                " stakes, confidence, facts, allowed, evaluated, violations, warnings,"
-                " rule_set_version) VALUES ('e1', 'legacy-agent', 'checkGuardrails', :at,"
-                " 'Deploy', 'high', 0.7, :facts, :true, 5, 0, 1, 'v1')"
-            ), {"at": _ts(WHEN, sqlite), "facts": json.dumps({"stakes": "high"}), "true": True})
+            await conn.execute(
+                text(
+                    "INSERT INTO guardrail_evaluations (id, agent, source, evaluated_at, description,"
+                    " stakes, confidence, facts, allowed, evaluated, violations, warnings,"
+                    " rule_set_version) VALUES ('e1', 'legacy-agent', 'checkGuardrails', :at,"
+                    " 'Deploy', 'high', 0.7, :facts, :true, 5, 0, 1, 'v1')"
+                ),
+                {"at": _ts(WHEN, sqlite), "facts": json.dumps({"stakes": "high"}), "true": True},
+            )
         if revision >= "0003":
-            await conn.execute(text(
-                "INSERT INTO decision_reviews (decision_id, outcome, lessons, reviewed_by,"
-                " reviewed_at) VALUES ('0a0b0c0d', 'success', 'Keep the old pool warm',"
-                " 'legacy-agent', :at)"), {"at": _ts(WHEN, sqlite)})
+            await conn.execute(
+                text(
+                    "INSERT INTO decision_reviews (decision_id, outcome, lessons, reviewed_by,"
+                    " reviewed_at) VALUES ('0a0b0c0d', 'success', 'Keep the old pool warm',"
+                    " 'legacy-agent', :at)"
+                ),
+                {"at": _ts(WHEN, sqlite)},
+            )
     await engine.dispose()
 
 
@@ -91,28 +109,51 @@ async def test_data_written_at_an_earlier_revision_survives_upgrade_and_downgrad
     assert await reindex(services) == 1
     async with serve_app(app) as client:
         headers = {"Authorization": "Bearer token-alice"}
-        got = (await client.post("/cstp", headers=headers, json={
-            "jsonrpc": "2.0", "id": 1, "method": "cstp.getDecision", "params": {"id": "0a0b0c0d"},
-        })).json()["result"]["decision"]
+        got = (
+            await client.post(
+                "/cstp",
+                headers=headers,
+                json={
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "cstp.getDecision",
+                    "params": {"id": "0a0b0c0d"},
+                },
+            )
+        ).json()["result"]["decision"]
         assert got["decision"] == "Adopt blue-green deploys for the auth service"
         assert got["createdAt"] == "2026-03-04T05:06:07Z"
         assert got["kpiIndicators"] == ["uptime"] and got["tags"] == ["deploy"]
-        assert got["reasons"] == [{"type": "empirical", "text": "Two outages last quarter",
-                                   "strength": 0.9}]
+        assert got["reasons"] == [
+            {"type": "empirical", "text": "Two outages last quarter", "strength": 0.9}
+        ]
         assert got["project"] == "auth" and got["pr"] == 42 and got["recordedBy"] == "legacy-agent"
         if revision >= "0003":
             assert got["outcome"] == "success" and len(got["reviews"]) == 1
-        found = (await client.post("/cstp", headers=headers, json={
-            "jsonrpc": "2.0", "id": 2, "method": "cstp.queryDecisions",
-            "params": {"query": "blue green release of the login service",
-                       "filters": {"project": "auth"}},
-        })).json()["result"]["decisions"]
+        found = (
+            await client.post(
+                "/cstp",
+                headers=headers,
+                json={
+                    "jsonrpc": "2.0",
+                    "id": 2,
+                    "method": "cstp.queryDecisions",
+                    "params": {
+                        "query": "blue green release of the login service",
+                        "filters": {"project": "auth"},
+                    },
+                },
+            )
+        ).json()["result"]["decisions"]
         assert [d["id"] for d in found] == ["0a0b0c0d"]
     await migrate.downgrade(url, revision)
     engine = create_async_engine(url)
     async with engine.connect() as conn:
-        row = (await conn.execute(text(
-            "SELECT summary, confidence, project FROM decisions WHERE id = '0a0b0c0d'"))).one()
+        row = (
+            await conn.execute(
+                text("SELECT summary, confidence, project FROM decisions WHERE id = '0a0b0c0d'")
+            )
+        ).one()
         reasons = (await conn.execute(text("SELECT COUNT(*) FROM decision_reasons"))).scalar()
     await engine.dispose()
     assert tuple(row) == ("Adopt blue-green deploys for the auth service", 0.7, "auth")
@@ -139,9 +180,12 @@ def _journal(root: Path, count: int) -> None:
             "id": f"legacy-{i}",
             "decision": f"{actions[i % 5]} {things[(i // 5) % 5]} in project {i % 7} (#{i})",
             "category": ["architecture", "process", "tooling"][i % 3],
-            "confidence": round(0.5 + (i % 5) / 10, 2), "stakes": "medium",
-            "date": f"2025-{month:02d}-01T10:00:00Z", "tags": [f"t{i % 4}"],
-            "other_tool_score": 17, "links": {"jira": f"OPS-{i}"},
+            "confidence": round(0.5 + (i % 5) / 10, 2),
+            "stakes": "medium",
+            "date": f"2025-{month:02d}-01T10:00:00Z",
+            "tags": [f"t{i % 4}"],
+            "other_tool_score": 17,
+            "links": {"jira": f"OPS-{i}"},
         }
         if i % 4 == 0:
             data.update(outcome="partial", lessons="Needed a migration window")
@@ -197,8 +241,11 @@ async def test_import_waits_for_the_events_a_running_server_claimed(
 
     loop_task = asyncio.create_task(relay_loop())
     try:
-        command = asyncio.create_task(asyncio.to_thread(
-            CliRunner().invoke, main, ["import", str(journal)], env=_env(settings)))
+        command = asyncio.create_task(
+            asyncio.to_thread(
+                CliRunner().invoke, main, ["import", str(journal)], env=_env(settings)
+            )
+        )
         await asyncio.wait_for(claimed.wait(), 60)
         await asyncio.sleep(1.0)  # the command has stored and drained what was left to it
         assert not command.done()
@@ -222,8 +269,12 @@ def test_import_lists_each_bad_file_and_imports_the_rest(
     good files, which are imported all the same; YAML dates inside a mapping become text."""
     journal = tmp_path / "journal"
     journal.mkdir()
-    good = {"decision": "Adopt feature flags", "category": "process", "confidence": 0.7,
-            "date": "2025-01-02T10:00:00Z"}
+    good = {
+        "decision": "Adopt feature flags",
+        "category": "process",
+        "confidence": 0.7,
+        "date": "2025-01-02T10:00:00Z",
+    }
     bad = {
         "tags-not-a-list.yaml": {"tags": 5},
         "reasons-not-a-list.yaml": {"reasons": 5},
@@ -240,19 +291,25 @@ def test_import_lists_each_bad_file_and_imports_the_rest(
     for name, fields in bad.items():
         (journal / name).write_text(yaml.safe_dump({**good, **fields}), encoding="utf-8")
     for i in range(3):
-        (journal / f"good-{i}.yaml").write_text(yaml.safe_dump(
-            {**good, "id": f"good-{i}", "decision": f"Adopt feature flags, step {i}"}),
-            encoding="utf-8")
+        (journal / f"good-{i}.yaml").write_text(
+            yaml.safe_dump(
+                {**good, "id": f"good-{i}", "decision": f"Adopt feature flags, step {i}"}
+            ),
+            encoding="utf-8",
+        )
     (journal / "kpi-dates.yaml").write_text(
         "decision: Ship the report on time\ncategory: process\nconfidence: 0.6\n"
         "date: 2025-01-03\noutcome: success\naffected_kpis: {deadline: 2024-05-01}\n",
-        encoding="utf-8")
-    (journal / "one-tag.yaml").write_text(yaml.safe_dump(
-        {**good, "decision": "Tag it once", "tags": "database"}), encoding="utf-8")
+        encoding="utf-8",
+    )
+    (journal / "one-tag.yaml").write_text(
+        yaml.safe_dump({**good, "decision": "Tag it once", "tags": "database"}), encoding="utf-8"
+    )
     head = "decision: Odd values\ncategory: process\nconfidence: 0.5\n"
     (journal / "impossible-date.yaml").write_text(head + "date: 2025-02-30\n", encoding="utf-8")
     (journal / "deep.yaml").write_text(
-        head + "date: 2025-01-03\ncontext: " + "[" * 5000 + "]" * 5000 + "\n", encoding="utf-8")
+        head + "date: 2025-01-03\ncontext: " + "[" * 5000 + "]" * 5000 + "\n", encoding="utf-8"
+    )
     result = CliRunner().invoke(main, ["import", str(journal)], env=_env(settings))
     assert result.exit_code == 1, result.output
     assert "files 18, new 5, already present 0, failed 13" in result.output, result.output
@@ -289,20 +346,38 @@ async def test_import_stores_the_rest_of_a_batch_the_database_refuses_one_of(
 
     url = settings.database_url
     if url.startswith("sqlite"):
-        await run_sql(url, "CREATE TRIGGER refuse_one BEFORE INSERT ON decisions "
-                           "WHEN NEW.id = 'bad00bad' BEGIN SELECT RAISE(ABORT, 'refused'); END")
+        await run_sql(
+            url,
+            "CREATE TRIGGER refuse_one BEFORE INSERT ON decisions "
+            "WHEN NEW.id = 'bad00bad' BEGIN SELECT RAISE(ABORT, 'refused'); END",
+        )
     else:
-        await run_sql(url, "CREATE FUNCTION refuse_one() RETURNS trigger AS $$ BEGIN "
-                           "IF NEW.id = 'bad00bad' THEN RAISE EXCEPTION 'refused'; END IF; "
-                           "RETURN NEW; END $$ LANGUAGE plpgsql")
-        await run_sql(url, "CREATE TRIGGER refuse_one BEFORE INSERT ON decisions "
-                           "FOR EACH ROW EXECUTE FUNCTION refuse_one()")
+        await run_sql(
+            url,
+            "CREATE FUNCTION refuse_one() RETURNS trigger AS $$ BEGIN "
+            "IF NEW.id = 'bad00bad' THEN RAISE EXCEPTION 'refused'; END IF; "
+            "RETURN NEW; END $$ LANGUAGE plpgsql",
+        )
+        await run_sql(
+            url,
+            "CREATE TRIGGER refuse_one BEFORE INSERT ON decisions "
+            "FOR EACH ROW EXECUTE FUNCTION refuse_one()",
+        )
     journal = tmp_path / "journal"
     journal.mkdir()
     for i, decision_id in enumerate(["a0000001", "bad00bad", "a0000002"]):
-        (journal / f"{i}.yaml").write_text(yaml.safe_dump(
-            {"id": decision_id, "decision": f"Decision {i}", "category": "process",
-             "confidence": 0.5, "date": "2025-02-03"}), encoding="utf-8")
+        (journal / f"{i}.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "id": decision_id,
+                    "decision": f"Decision {i}",
+                    "category": "process",
+                    "confidence": 0.5,
+                    "date": "2025-02-03",
+                }
+            ),
+            encoding="utf-8",
+        )
     app = create_app(settings, embedder=embedder)
     async with serve_app(app):
         report = await import_tree(app.state.services, journal)
@@ -313,12 +388,22 @@ async def test_import_stores_the_rest_of_a_batch_the_database_refuses_one_of(
     assert [r["id"] for r in rows] == ["a0000001", "a0000002"]
 
 
-@pytest.mark.parametrize(("variable", "value", "expected"), [
-    ("CSTP_RATE_LIMITS", "default=600/60,cstp.anounceIntent=1/60",
-     "CSTP_RATE_LIMITS names no method of this server: cstp.anounceIntent"),
-    ("CSTP_RATE_LIMITS", "cstp.*=1/60", "CSTP_RATE_LIMITS names no method of this server: cstp.*"),
-    ("CSTP_GUARDRAILS_DIR", "RULES", "unknown key 'mesage'"),
-])
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        (
+            "CSTP_RATE_LIMITS",
+            "default=600/60,cstp.anounceIntent=1/60",
+            "CSTP_RATE_LIMITS names no method of this server: cstp.anounceIntent",
+        ),
+        (
+            "CSTP_RATE_LIMITS",
+            "cstp.*=1/60",
+            "CSTP_RATE_LIMITS names no method of this server: cstp.*",
+        ),
+        ("CSTP_GUARDRAILS_DIR", "RULES", "unknown key 'mesage'"),
+    ],
+)
 def test_serve_refuses_a_mistake_in_its_configuration_in_one_line(
     settings: Settings, tmp_path: Path, variable: str, value: str, expected: str
 ) -> None:
@@ -329,7 +414,9 @@ def test_serve_refuses_a_mistake_in_its_configuration_in_one_line(
     (rules / "typo.yaml").write_text(
         "guardrails:\n  - id: no-friday-deploys\n    action: block\n"
         "    mesage: No deploys on Fridays\n"
-        "    conditions: [{field: category, op: eq, value: process}]\n", encoding="utf-8")
+        "    conditions: [{field: category, op: eq, value: process}]\n",
+        encoding="utf-8",
+    )
     env = dict(_env(settings), **{variable: str(rules) if value == "RULES" else value})
     # Two workers without a Chroma server stop serve just before it would start the server,
     # after "listening on": without the checks the test fails there instead of serving.
@@ -375,11 +462,18 @@ async def test_imported_decisions_are_searchable(
     stats = await services.relay.drain()
     assert stats.failed == 0
     async with serve_app(app) as client:
-        answer = (await client.post("/cstp", headers={"Authorization": "Bearer token-alice"},
-                                    json={"jsonrpc": "2.0", "id": 1,
-                                          "method": "cstp.queryDecisions",
-                                          "params": {"query": "retire the object relational mapper",
-                                                     "limit": 20}})).json()
+        answer = (
+            await client.post(
+                "/cstp",
+                headers={"Authorization": "Bearer token-alice"},
+                json={
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "cstp.queryDecisions",
+                    "params": {"query": "retire the object relational mapper", "limit": 20},
+                },
+            )
+        ).json()
         assert answer["result"]["total"] == 20
         assert "ORM" in answer["result"]["decisions"][0]["title"]
     assert len(list(settings.decisions_dir.rglob("*.yaml"))) == 20
@@ -420,8 +514,9 @@ async def test_reindex_drops_what_an_earlier_run_left_behind(
         await other.upsert([entry])
         await other.aclose()
     assert await reindex(services) == 1
-    chroma = chromadb.PersistentClient(path=str(settings.data_dir / "chroma"),
-                                       settings=ChromaSettings(anonymized_telemetry=False))
+    chroma = chromadb.PersistentClient(
+        path=str(settings.data_dir / "chroma"), settings=ChromaSettings(anonymized_telemetry=False)
+    )
     names = sorted(getattr(c, "name", c) for c in chroma.list_collections())
     assert names == ["decisions", "notes-of-ops"]  # someone else's collection stays
     assert chroma.get_collection("decisions").get(ids=[recorded["id"]])["ids"] == [recorded["id"]]
@@ -479,11 +574,19 @@ async def test_drain_include_leased_carries_out_every_leased_event(services: Any
 
     async with services.db.transaction(write=True) as session:
         for n in range(150):
-            session.add(Decision(
-                id=f"{n:08x}", summary=f"Leased decision {n}", decision=f"Leased decision {n}",
-                category="process", confidence=0.5, stakes="medium", status="pending",
-                created_at=datetime.now(UTC), recorded_by="alice",
-            ))
+            session.add(
+                Decision(
+                    id=f"{n:08x}",
+                    summary=f"Leased decision {n}",
+                    decision=f"Leased decision {n}",
+                    category="process",
+                    confidence=0.5,
+                    stakes="medium",
+                    status="pending",
+                    created_at=datetime.now(UTC),
+                    recorded_by="alice",
+                )
+            )
             services.relay.enqueue(session, f"{n:08x}")  # leased, as for an inline pass
     assert (await services.relay.drain()).done == 0  # a lease is respected by default
     stats = await services.relay.drain(include_leased=True)
@@ -521,17 +624,32 @@ async def test_upgrade_to_0007_revives_the_events_an_outage_left_dead(
     try:
         async with engine.begin() as conn:
             for event_id, (status, attempts, error) in events.items():
-                await conn.execute(text(
-                    "INSERT INTO outbox_events (id, kind, decision_id, status, attempts,"
-                    " created_at, available_at, last_error) VALUES (:id, :kind, '0a0b0c0d',"
-                    " :status, :attempts, :created, :available, :error)"
-                ), {"id": event_id, "kind": "export" if event_id % 2 == 0 else "index",
-                    "status": status, "attempts": attempts, "created": _ts(WHEN, sqlite),
-                    "available": _ts(later, sqlite), "error": error})
+                await conn.execute(
+                    text(
+                        "INSERT INTO outbox_events (id, kind, decision_id, status, attempts,"
+                        " created_at, available_at, last_error) VALUES (:id, :kind, '0a0b0c0d',"
+                        " :status, :attempts, :created, :available, :error)"
+                    ),
+                    {
+                        "id": event_id,
+                        "kind": "export" if event_id % 2 == 0 else "index",
+                        "status": status,
+                        "attempts": attempts,
+                        "created": _ts(WHEN, sqlite),
+                        "available": _ts(later, sqlite),
+                        "error": error,
+                    },
+                )
         await migrate.upgrade(url)
-        columns = (OutboxEvent.id, OutboxEvent.status, OutboxEvent.attempts,
-                   OutboxEvent.failure_kind, OutboxEvent.unknown_failures,
-                   OutboxEvent.available_at, OutboxEvent.last_error)
+        columns = (
+            OutboxEvent.id,
+            OutboxEvent.status,
+            OutboxEvent.attempts,
+            OutboxEvent.failure_kind,
+            OutboxEvent.unknown_failures,
+            OutboxEvent.available_at,
+            OutboxEvent.last_error,
+        )
         async with engine.connect() as conn:
             rows = {r.id: r for r in (await conn.execute(select(*columns))).all()}
         now = datetime.now(UTC)
@@ -548,9 +666,10 @@ async def test_upgrade_to_0007_revives_the_events_an_outage_left_dead(
 
         await migrate.downgrade(url, "0006")
         async with engine.connect() as conn:
-            after = {r.id: r.status for r in (await conn.execute(text(
-                "SELECT id, status FROM outbox_events"))).all()}
-        assert after == {1: "pending", 2: "dead", 3: "pending", 4: "dead", 5: "pending",
-                         6: "done"}
+            after = {
+                r.id: r.status
+                for r in (await conn.execute(text("SELECT id, status FROM outbox_events"))).all()
+            }
+        assert after == {1: "pending", 2: "dead", 3: "pending", 4: "dead", 5: "pending", 6: "done"}
     finally:
         await engine.dispose()

@@ -44,12 +44,16 @@ TEXTS = (
 
 
 def params(text: str) -> dict[str, Any]:
-    return {"decision": text, "confidence": 0.7, "category": "architecture",
-            "stakes": "medium", "reasons": [{"type": "analysis", "text": f"Because: {text}"}]}
+    return {
+        "decision": text,
+        "confidence": 0.7,
+        "category": "architecture",
+        "stakes": "medium",
+        "reasons": [{"type": "analysis", "text": f"Because: {text}"}],
+    }
 
 
-async def poll(check: Callable[[], Awaitable[tuple[bool, Any]]], timeout: float,
-               what: str) -> Any:
+async def poll(check: Callable[[], Awaitable[tuple[bool, Any]]], timeout: float, what: str) -> Any:
     """Poll ``check`` (-> ``(reached, detail)``) until reached, at most ``timeout`` s."""
     deadline = time.monotonic() + timeout
     while True:
@@ -87,8 +91,11 @@ async def test_a_long_outage_kills_nothing_and_the_first_success_takes_the_waiti
     and the first index call that works again (a new recordDecision's inline pass) makes
     every waiting event due at once: the next pass carries them, with no clock advance."""
     clock = [datetime(2026, 12, 1, 12, 0, tzinfo=UTC)]
-    app = create_app(replace(settings, outbox_max_attempts=3, relay_enabled=False),
-                     runtime=Runtime(now=lambda: clock[0]), embedder=embedder)
+    app = create_app(
+        replace(settings, outbox_max_attempts=3, relay_enabled=False),
+        runtime=Runtime(now=lambda: clock[0]),
+        embedder=embedder,
+    )
     services = app.state.services
     index_down = [True]
     upsert = services.index.upsert
@@ -111,7 +118,8 @@ async def test_a_long_outage_kills_nothing_and_the_first_success_takes_the_waiti
             assert (stats.done, stats.failed, stats.dead) == (0, len(ids), 0), stats
         waiting = await events_of(services, ids, "index")
         assert {(e.status, e.failure_kind, e.unknown_failures) for e in waiting} == {
-            ("pending", "transient", 0)}
+            ("pending", "transient", 0)
+        }
         assert {e.attempts for e in waiting} == {13}
         assert {e.available_at for e in waiting} == {clock[0] + CAP}
         assert {e.last_error for e in waiting} == {"vector index unavailable"}
@@ -190,8 +198,10 @@ async def test_decisions_recorded_during_a_chroma_outage_longer_than_the_old_giv
         assert {e.status for e in await events_of(services, ids)} == {"done"}
         ready = await client.get("/ready")
         assert ready.status_code == 200 and ready.json()["status"] == "ready", ready.text
-    print(f"\nchroma outage of {outage:.1f} s: {len(ids)} decisions answered indexed=false, "
-          f"all found {found_after:.1f} s after the index came back")
+    print(
+        f"\nchroma outage of {outage:.1f} s: {len(ids)} decisions answered indexed=false, "
+        f"all found {found_after:.1f} s after the index came back"
+    )
 
 
 # ---------------------------------------------------------------- a row that cannot be exported
@@ -210,7 +220,8 @@ async def test_a_decision_nested_too_deeply_is_dead_with_its_reason_and_the_rest
     await services.relay.flush()
     async with services.db.transaction(write=True) as session:
         await session.execute(
-            update(Decision).where(Decision.id == bad).values(affected_kpis=deep(400)))
+            update(Decision).where(Decision.id == bad).values(affected_kpis=deep(400))
+        )
         services.relay.enqueue(session, bad, ["export"], leased=False)
     services.relay.wakeup.set()
 
@@ -221,7 +232,8 @@ async def test_a_decision_nested_too_deeply_is_dead_with_its_reason_and_the_rest
     event = await poll(buried, 15, "the export event settled")
     assert (event.status, event.failure_kind, event.attempts) == ("dead", "permanent", 1)
     assert event.last_error.startswith(
-        "the YAML file cannot be built from the row: RecursionError"), event.last_error
+        "the YAML file cannot be built from the row: RecursionError"
+    ), event.last_error
 
     ready = await client.get("/ready")
     body = ready.json()
@@ -236,9 +248,12 @@ async def test_a_decision_nested_too_deeply_is_dead_with_its_reason_and_the_rest
     assert "can never succeed as it is: the YAML file cannot be built" in line
     assert "RecursionError" in line
     assert "cstp outbox retry" in lines[-1]
-    env = {"CSTP_DATABASE_URL": settings.database_url, "CSTP_DATA_DIR": str(settings.data_dir),
-           "CSTP_DECISIONS_DIR": str(settings.decisions_dir),
-           "CSTP_AUTH_TOKENS": "alice:token-alice"}
+    env = {
+        "CSTP_DATABASE_URL": settings.database_url,
+        "CSTP_DATA_DIR": str(settings.data_dir),
+        "CSTP_DECISIONS_DIR": str(settings.decisions_dir),
+        "CSTP_AUTH_TOKENS": "alice:token-alice",
+    }
     shown = await asyncio.to_thread(CliRunner().invoke, _cli(), ["outbox"], env=env)
     assert shown.exit_code == 0, shown.output
     assert line in shown.output.splitlines(), shown.output
@@ -255,12 +270,14 @@ async def test_a_decision_nested_too_deeply_is_dead_with_its_reason_and_the_rest
     assert rebuilt.exit_code == 1, rebuilt.output
     assert "exported 2 decision file(s)" in rebuilt.stdout
     assert [x for x in rebuilt.stderr.splitlines() if x.startswith("could not export")] == [
-        f"could not export decision {bad}: {exported.failed[0][1]}"]
+        f"could not export decision {bad}: {exported.failed[0][1]}"
+    ]
 
     # The remedy OPERATIONS.md gives: fix the row, then re-queue the dead event.
     async with services.db.transaction(write=True) as session:
         await session.execute(
-            update(Decision).where(Decision.id == bad).values(affected_kpis={"latency": "ok"}))
+            update(Decision).where(Decision.id == bad).values(affected_kpis={"latency": "ok"})
+        )
     assert await services.relay.retry_dead() == 1
 
     async def delivered() -> tuple[bool, Any]:
@@ -285,7 +302,8 @@ async def test_an_event_whose_decision_is_gone_is_dead_at_once(services: Any) ->
     assert (stats.failed, stats.dead) == (2, 2)
     events = await events_of(services, ["0badc0de"])
     assert {(e.status, e.failure_kind, e.last_error) for e in events} == {
-        ("dead", "permanent", "decision not found")}
+        ("dead", "permanent", "decision not found")
+    }
 
 
 async def test_a_full_disk_is_retried_and_never_counted(
@@ -300,8 +318,11 @@ async def test_a_full_disk_is_retried_and_never_counted(
     import app.outbox.handlers as handlers
 
     clock = [datetime(2026, 12, 1, 12, 0, tzinfo=UTC)]
-    app = create_app(replace(settings, outbox_max_attempts=2, relay_enabled=False),
-                     runtime=Runtime(now=lambda: clock[0]), embedder=embedder)
+    app = create_app(
+        replace(settings, outbox_max_attempts=2, relay_enabled=False),
+        runtime=Runtime(now=lambda: clock[0]),
+        embedder=embedder,
+    )
     services = app.state.services
     full = [True]
     write = export.write_atomic

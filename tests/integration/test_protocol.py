@@ -25,7 +25,8 @@ META_SCHEMA = json.loads((ROOT / "tests" / "data" / "openrpc-meta-schema.json").
 # which jsonschema ships, so nothing is fetched.
 DRAFT7_META = jsonschema.Draft7Validator.META_SCHEMA
 META_REFS = Registry().with_resource(
-    "https://meta.json-schema.tools", Resource.from_contents(DRAFT7_META, default_specification=DRAFT7)
+    "https://meta.json-schema.tools",
+    Resource.from_contents(DRAFT7_META, default_specification=DRAFT7),
 )
 SECTION = re.compile(r"^### (\S+)\n(.*?)(?=^#{2,3} |\Z)", re.S | re.M)
 JSON_BLOCK = re.compile(r"```json\n(.*?)```", re.S)
@@ -80,8 +81,10 @@ async def test_rpc_discover_is_a_valid_openrpc_document_of_every_method(
     assert "\\A" not in json.dumps(document) and "\\Z" not in json.dumps(document)
     # A param schema rejects what the server rejects.
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate({"decision": "x", "confidence": 1.5, "category": "process"},
-                            params_schema(document, record))
+        jsonschema.validate(
+            {"decision": "x", "confidence": 1.5, "category": "process"},
+            params_schema(document, record),
+        )
 
 
 async def test_the_discover_document_is_the_same_for_every_agent(
@@ -100,7 +103,8 @@ def test_protocol_md_names_every_method_and_param(client: Any) -> None:
         text = documented[method["name"]]
         for param in method["params"]:
             assert f"`{param['name']}`" in text, (
-                f"param {param['name']} of {method['name']} missing from PROTOCOL.md")
+                f"param {param['name']} of {method['name']} missing from PROTOCOL.md"
+            )
     for name in documented:
         assert name in client.app.state.registry.names(), f"PROTOCOL.md documents {name}"
 
@@ -134,7 +138,8 @@ async def test_every_example_validates_and_its_answer_matches_the_result_schema(
     announced = await rpc.ok("cstp.announceIntent", {"intent": "Pick a database for memory"})
     jsonschema.validate(announced, result_schema(document, by_name["cstp.announceIntent"]))
     assert any(d.get("outcome") == "failure" for d in announced["similarDecisions"])
-    grouped = await rpc.ok("cstp.getCalibration", {"groupBy": "confidenceBucket",
-                                                   "minDecisions": 1})
+    grouped = await rpc.ok(
+        "cstp.getCalibration", {"groupBy": "confidenceBucket", "minDecisions": 1}
+    )
     jsonschema.validate(grouped, result_schema(document, by_name["cstp.getCalibration"]))
     assert grouped["groups"]

@@ -114,8 +114,11 @@ async def limited_app(
 
 
 def announcement(n: int) -> dict[str, Any]:
-    return {"intent": f"Add a cache in front of search API number {n}",
-            "correlationId": f"rl-{n}", "category": "architecture"}
+    return {
+        "intent": f"Add a cache in front of search API number {n}",
+        "correlationId": f"rl-{n}",
+        "category": "architecture",
+    }
 
 
 def assert_rate_limited(error: dict[str, Any], budget: RateLimit) -> int:
@@ -147,12 +150,22 @@ async def test_over_budget_is_32002_per_agent_and_audited(
         await rpc.ok("cstp.checkGuardrails", {"action": {"description": "Add a cache"}})
 
     async with db.connect() as conn:
-        found = (await conn.execute(text(
-            "SELECT agent, correlation_id, outcome, error_code, intent FROM intents "
-            "WHERE outcome <> 'ok' ORDER BY agent, correlation_id"))).all()
-        ok = (await conn.execute(text(
-            "SELECT agent, COUNT(*) FROM intents WHERE outcome = 'ok' "
-            "GROUP BY agent ORDER BY agent"))).all()
+        found = (
+            await conn.execute(
+                text(
+                    "SELECT agent, correlation_id, outcome, error_code, intent FROM intents "
+                    "WHERE outcome <> 'ok' ORDER BY agent, correlation_id"
+                )
+            )
+        ).all()
+        ok = (
+            await conn.execute(
+                text(
+                    "SELECT agent, COUNT(*) FROM intents WHERE outcome = 'ok' "
+                    "GROUP BY agent ORDER BY agent"
+                )
+            )
+        ).all()
     assert [tuple(r) for r in found] == [
         (agents.alice, "rl-0", "rate_limited", -32002, announcement(0)["intent"]),
         (agents.alice, "rl-3", "rate_limited", -32002, announcement(3)["intent"]),
@@ -197,8 +210,10 @@ async def test_each_item_of_a_batch_draws_on_the_budget(
     settings: Settings, embedder: Embedder, backend: str, agents: Agents
 ) -> None:
     async with limited_app(settings, embedder, backend, agents, LIMITS) as rpc:
-        batch = [{"jsonrpc": "2.0", "method": ANNOUNCE, "params": announcement(n), "id": n}
-                 for n in range(5)]
+        batch = [
+            {"jsonrpc": "2.0", "method": ANNOUNCE, "params": announcement(n), "id": n}
+            for n in range(5)
+        ]
         answers = (await rpc.raw(batch)).json()
         assert [a["id"] for a in answers] == list(range(5))
         assert ["result" in a for a in answers] == [True, True, True, False, False]
@@ -270,12 +285,14 @@ class Processes:
         self.logs = logs
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self, name: str, argv: list[str], env: dict[str, str]) -> tuple[
-            subprocess.Popen[bytes], Path]:
+    def start(
+        self, name: str, argv: list[str], env: dict[str, str]
+    ) -> tuple[subprocess.Popen[bytes], Path]:
         log = self.logs / f"{name}.log"
         with log.open("wb") as out:
-            proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
         self.procs.append(proc)
         return proc, log
 
@@ -315,9 +332,20 @@ async def test_two_server_processes_share_one_redis_budget(
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("CSTP_")}
 
     chroma_port = free_port()
-    chroma, chroma_log = processes.start("chroma", [
-        str(BIN / "chroma"), "run", "--path", str(tmp_path / "chroma"),
-        "--host", "127.0.0.1", "--port", str(chroma_port)], base_env)
+    chroma, chroma_log = processes.start(
+        "chroma",
+        [
+            str(BIN / "chroma"),
+            "run",
+            "--path",
+            str(tmp_path / "chroma"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(chroma_port),
+        ],
+        base_env,
+    )
 
     token = f"tok-{uuid.uuid4().hex}"
     ports = [free_port(), free_port()]
@@ -334,29 +362,46 @@ async def test_two_server_processes_share_one_redis_budget(
             CSTP_DECISIONS_DIR=str(tmp_path / f"decisions{n}"),
             CSTP_LOG_LEVEL="WARNING",
         )
-        servers.append(processes.start(
-            f"server{n}", [str(BIN / "cstp"), "serve", "--host", "127.0.0.1",
-                           "--port", str(port)], env))
+        servers.append(
+            processes.start(
+                f"server{n}",
+                [str(BIN / "cstp"), "serve", "--host", "127.0.0.1", "--port", str(port)],
+                env,
+            )
+        )
 
-    await asyncio.to_thread(wait_until_up, chroma,
-                            f"http://127.0.0.1:{chroma_port}/api/v2/heartbeat", 60,
-                            lambda: chroma_log.read_text()[-3000:])
+    await asyncio.to_thread(
+        wait_until_up,
+        chroma,
+        f"http://127.0.0.1:{chroma_port}/api/v2/heartbeat",
+        60,
+        lambda: chroma_log.read_text()[-3000:],
+    )
     for (proc, log), port in zip(servers, ports, strict=True):
-        await asyncio.to_thread(wait_until_up, proc, f"http://127.0.0.1:{port}/health", 90,
-                                lambda log=log: log.read_text()[-3000:])
+        await asyncio.to_thread(
+            wait_until_up,
+            proc,
+            f"http://127.0.0.1:{port}/health",
+            90,
+            lambda log=log: log.read_text()[-3000:],
+        )
 
     async def check(client: httpx.AsyncClient, port: int, n: int) -> dict[str, Any]:
-        body = {"jsonrpc": "2.0", "method": "cstp.checkGuardrails", "id": n,
-                "params": {"action": {"description": f"Add cache number {n}"}}}
-        response = await client.post(f"http://127.0.0.1:{port}/cstp", json=body,
-                                     headers={"Authorization": f"Bearer {token}"})
+        body = {
+            "jsonrpc": "2.0",
+            "method": "cstp.checkGuardrails",
+            "id": n,
+            "params": {"action": {"description": f"Add cache number {n}"}},
+        }
+        response = await client.post(
+            f"http://127.0.0.1:{port}/cstp", json=body, headers={"Authorization": f"Bearer {token}"}
+        )
         assert response.status_code == 200, response.text
         answer: dict[str, Any] = response.json()
         return answer
 
     async with httpx.AsyncClient(timeout=30) as client:
-        answers = await asyncio.gather(
-            *(check(client, ports[n % 2], n) for n in range(30)))
+        answers = await asyncio.gather(*(check(client, ports[n % 2], n) for n in range(30)))
     ok = [a for a in answers if "result" in a]
     limited = [a for a in answers if a.get("error", {}).get("code") == -32002]
     assert len(ok) == 10 and len(limited) == 20, answers
@@ -364,9 +409,15 @@ async def test_two_server_processes_share_one_redis_budget(
         assert_rate_limited(answer["error"], RateLimit(10, 60))
 
     async with db.connect() as conn:
-        stored = (await conn.execute(text(
-            "SELECT COUNT(*) FROM guardrail_evaluations WHERE agent = :agent "
-            "AND source = 'checkGuardrails'"), {"agent": agents.alice})).scalar_one()
+        stored = (
+            await conn.execute(
+                text(
+                    "SELECT COUNT(*) FROM guardrail_evaluations WHERE agent = :agent "
+                    "AND source = 'checkGuardrails'"
+                ),
+                {"agent": agents.alice},
+            )
+        ).scalar_one()
     assert stored == 10
 
 
@@ -380,9 +431,19 @@ class PrivateRedis:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
-             "--appendonly", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                "redis-server",
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         client = redis.Redis.from_url(self.url, socket_connect_timeout=0.2)
         for _ in range(100):
@@ -439,4 +500,6 @@ async def test_a_redis_outage_is_32006_logged_once_and_over_without_a_restart(
             assert (await rpc.ok("cstp.listDecisions"))["total"] == 0
         assert (await client.get("/ready")).status_code == 200
         assert [r.levelname for r in caplog.records if r.name == "cstp.ratelimit"] == [
-            "ERROR", "WARNING"]
+            "ERROR",
+            "WARNING",
+        ]

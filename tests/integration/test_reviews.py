@@ -21,8 +21,12 @@ from app.runtime import Runtime, iso
 T0 = datetime(2026, 5, 4, 10, 30, 0, tzinfo=UTC)
 
 PROJECT_FIELDS = {
-    "project": "atlas", "feature": "memory-store", "pr": 314, "file": "app/store.py",
-    "line": 42, "commit": "abc123d",
+    "project": "atlas",
+    "feature": "memory-store",
+    "pr": 314,
+    "file": "app/store.py",
+    "line": 42,
+    "commit": "abc123d",
 }
 
 
@@ -69,10 +73,12 @@ def yaml_of(settings: Settings, path: str) -> dict[str, Any]:
     return data
 
 
-async def record(a: App, params: dict[str, Any] | None = None,
-                 token: str = "token-alice") -> dict[str, Any]:
-    result: dict[str, Any] = await a.rpc.ok("cstp.recordDecision", params or full_decision(),
-                                            token=token)
+async def record(
+    a: App, params: dict[str, Any] | None = None, token: str = "token-alice"
+) -> dict[str, Any]:
+    result: dict[str, Any] = await a.rpc.ok(
+        "cstp.recordDecision", params or full_decision(), token=token
+    )
     assert result["indexed"] is True
     return result
 
@@ -85,14 +91,23 @@ async def record(a: App, params: dict[str, Any] | None = None,
 async def test_review_result_and_reviewer(app: App) -> None:
     recorded = await record(app)
     reviewed_at = app.clock.advance(days=30, minutes=5)
-    result = await app.rpc.ok("cstp.reviewDecision", {
-        "id": recorded["id"], "outcome": "success", "actualResult": "Worked well",
-        "agent": {"id": "mallory"},  # informational, never trusted
-    }, token="token-bob")
+    result = await app.rpc.ok(
+        "cstp.reviewDecision",
+        {
+            "id": recorded["id"],
+            "outcome": "success",
+            "actualResult": "Worked well",
+            "agent": {"id": "mallory"},  # informational, never trusted
+        },
+        token="token-bob",
+    )
     core = {"success", "id", "path", "status", "reviewedAt", "reindexed"}
     assert core <= set(result), result
     assert {k: result[k] for k in core - {"reviewedAt"}} == {
-        "success": True, "id": recorded["id"], "path": recorded["path"], "status": "reviewed",
+        "success": True,
+        "id": recorded["id"],
+        "path": recorded["path"],
+        "status": "reviewed",
         "reindexed": True,
     }
     assert result["reviewedAt"] in (iso(reviewed_at), iso(reviewed_at).replace("Z", "+00:00"))
@@ -122,8 +137,9 @@ async def test_unknown_id_is_decision_not_found(app: App) -> None:
     assert await sql(app.settings, "SELECT id FROM decision_reviews") == []
 
 
-@pytest.mark.parametrize("bad_id", ["xyz", "DEADBEEF", "dec-123", "1234567", "123456789",
-                                    "deadbeeg", "", 12345678, None])
+@pytest.mark.parametrize(
+    "bad_id", ["xyz", "DEADBEEF", "dec-123", "1234567", "123456789", "deadbeeg", "", 12345678, None]
+)
 async def test_malformed_id_is_invalid_params(app: App, bad_id: Any) -> None:
     error = await app.rpc.error("cstp.reviewDecision", {"id": bad_id, "outcome": "success"})
     assert error["code"] == -32602, error
@@ -140,17 +156,21 @@ async def test_bad_outcome_is_invalid_params(app: App, outcome: Any) -> None:
     assert decision["status"] == "pending" and decision["outcome"] is None
 
 
-@pytest.mark.parametrize(("params", "field"), [
-    ({"actualResult": 5}, "actualResult"),
-    ({"lessons": ["a"]}, "lessons"),
-    ({"affectedKpis": "latency"}, "affectedKpis"),
-])
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"actualResult": 5}, "actualResult"),
+        ({"lessons": ["a"]}, "lessons"),
+        ({"affectedKpis": "latency"}, "affectedKpis"),
+    ],
+)
 async def test_bad_optional_fields_are_invalid_params(
     app: App, params: dict[str, Any], field: str
 ) -> None:
     recorded = await record(app)
-    error = await app.rpc.error("cstp.reviewDecision",
-                                {"id": recorded["id"], "outcome": "success", **params})
+    error = await app.rpc.error(
+        "cstp.reviewDecision", {"id": recorded["id"], "outcome": "success", **params}
+    )
     assert error["code"] == -32602
     assert error["data"]["field"] == field
 
@@ -158,10 +178,15 @@ async def test_bad_optional_fields_are_invalid_params(
 async def test_snake_case_aliases(app: App) -> None:
     recorded = await record(app)
     kpis = {"latency": "-20%", "errors": 0}
-    await app.rpc.ok("cstp.reviewDecision", {
-        "decision_id": recorded["id"], "outcome": "partial",
-        "actual_result": "Faster, but flaky at first", "affected_kpis": kpis,
-    })
+    await app.rpc.ok(
+        "cstp.reviewDecision",
+        {
+            "decision_id": recorded["id"],
+            "outcome": "partial",
+            "actual_result": "Faster, but flaky at first",
+            "affected_kpis": kpis,
+        },
+    )
     decision = (await app.rpc.ok("cstp.getDecision", {"id": recorded["id"]}))["decision"]
     assert decision["outcome"] == "partial"
     assert decision["actualResult"] == "Faster, but flaky at first"
@@ -177,12 +202,20 @@ async def test_snake_case_aliases(app: App) -> None:
 # History, the decision row and the YAML file
 # ---------------------------------------------------------------------------------------------
 
-FIRST = {"outcome": "partial", "actualResult": "Migration took two weeks longer",
-         "lessons": "Budget time for data backfills", "notes": "First look after a month",
-         "affectedKpis": {"latency": "+5%"}}
-SECOND = {"outcome": "success", "actualResult": "Stable for a quarter",
-          "lessons": "Postgres was the right call", "notes": "Final review",
-          "affectedKpis": {"latency": "-30%", "incidents": 0}}
+FIRST = {
+    "outcome": "partial",
+    "actualResult": "Migration took two weeks longer",
+    "lessons": "Budget time for data backfills",
+    "notes": "First look after a month",
+    "affectedKpis": {"latency": "+5%"},
+}
+SECOND = {
+    "outcome": "success",
+    "actualResult": "Stable for a quarter",
+    "lessons": "Postgres was the right call",
+    "notes": "Final review",
+    "affectedKpis": {"latency": "-30%", "incidents": 0},
+}
 
 
 async def test_two_reviews_keep_history_and_show_the_latest(app: App) -> None:
@@ -193,14 +226,19 @@ async def test_two_reviews_keep_history_and_show_the_latest(app: App) -> None:
     first_at = app.clock.advance(days=30)
     first = await app.rpc.ok("cstp.reviewDecision", {"id": recorded["id"], **FIRST})
     second_at = app.clock.advance(days=60)
-    second = await app.rpc.ok("cstp.reviewDecision", {"id": recorded["id"], **SECOND},
-                              token="token-bob")
+    second = await app.rpc.ok(
+        "cstp.reviewDecision", {"id": recorded["id"], **SECOND}, token="token-bob"
+    )
     assert first["path"] == second["path"] == recorded["path"]
 
-    rows = await sql(app.settings, "SELECT * FROM decision_reviews WHERE decision_id = :id "
-                                   "ORDER BY reviewed_at", id=recorded["id"])
-    assert [(r["outcome"], r["reviewed_by"], r["lessons"], r["notes"], r["actual_result"])
-            for r in rows] == [
+    rows = await sql(
+        app.settings,
+        "SELECT * FROM decision_reviews WHERE decision_id = :id ORDER BY reviewed_at",
+        id=recorded["id"],
+    )
+    assert [
+        (r["outcome"], r["reviewed_by"], r["lessons"], r["notes"], r["actual_result"]) for r in rows
+    ] == [
         ("partial", "alice", FIRST["lessons"], FIRST["notes"], FIRST["actualResult"]),
         ("success", "bob", SECOND["lessons"], SECOND["notes"], SECOND["actualResult"]),
     ]
@@ -214,19 +252,50 @@ async def test_two_reviews_keep_history_and_show_the_latest(app: App) -> None:
     assert decision["reviewNotes"] == SECOND["notes"]
     assert decision["affectedKpis"] == SECOND["affectedKpis"]
     history = decision["reviews"]
-    assert [(h["outcome"], h["reviewedBy"], h["lessons"], h["notes"], h["actualResult"],
-             h["affectedKpis"]) for h in history] == [
-        ("partial", "alice", FIRST["lessons"], FIRST["notes"], FIRST["actualResult"],
-         FIRST["affectedKpis"]),
-        ("success", "bob", SECOND["lessons"], SECOND["notes"], SECOND["actualResult"],
-         SECOND["affectedKpis"]),
+    assert [
+        (
+            h["outcome"],
+            h["reviewedBy"],
+            h["lessons"],
+            h["notes"],
+            h["actualResult"],
+            h["affectedKpis"],
+        )
+        for h in history
+    ] == [
+        (
+            "partial",
+            "alice",
+            FIRST["lessons"],
+            FIRST["notes"],
+            FIRST["actualResult"],
+            FIRST["affectedKpis"],
+        ),
+        (
+            "success",
+            "bob",
+            SECOND["lessons"],
+            SECOND["notes"],
+            SECOND["actualResult"],
+            SECOND["affectedKpis"],
+        ),
     ]
     assert [h["reviewedAt"] for h in history] == [first["reviewedAt"], second["reviewedAt"]]
     assert first["reviewedAt"].startswith(first_at.strftime("%Y-%m-%dT%H:%M:%S"))
     assert second["reviewedAt"].startswith(second_at.strftime("%Y-%m-%dT%H:%M:%S"))
     # record-time fields are untouched by the reviews
-    for key in ("decision", "category", "confidence", "stakes", "context", "tags",
-                "kpiIndicators", "mentalState", "reviewIn", *PROJECT_FIELDS):
+    for key in (
+        "decision",
+        "category",
+        "confidence",
+        "stakes",
+        "context",
+        "tags",
+        "kpiIndicators",
+        "mentalState",
+        "reviewIn",
+        *PROJECT_FIELDS,
+    ):
         assert decision[key] == full_decision()[key], key
     assert [r["text"] for r in decision["reasons"]] == [r["text"] for r in SEED_DECISION["reasons"]]
 
@@ -243,9 +312,24 @@ async def test_two_reviews_keep_history_and_show_the_latest(app: App) -> None:
     assert after["review_notes"] == SECOND["notes"]
     assert after["affected_kpis"] == SECOND["affectedKpis"]
     # the YAML keeps every record-time field the spec names
-    for key in ("id", "summary", "decision", "category", "confidence", "stakes", "date",
-                "context", "reasons", "kpi_indicators", "mental_state", "review_by", "tags",
-                "pre_decision", "recorded_by", *PROJECT_FIELDS):
+    for key in (
+        "id",
+        "summary",
+        "decision",
+        "category",
+        "confidence",
+        "stakes",
+        "date",
+        "context",
+        "reasons",
+        "kpi_indicators",
+        "mental_state",
+        "review_by",
+        "tags",
+        "pre_decision",
+        "recorded_by",
+        *PROJECT_FIELDS,
+    ):
         assert key in after, key
     assert after["recorded_by"] == "alice"
     assert after["pr"] == 314 and after["line"] == 42
@@ -257,42 +341,61 @@ async def test_two_reviews_keep_history_and_show_the_latest(app: App) -> None:
 
 
 async def search(a: App, filters: dict[str, Any], **extra: Any) -> list[dict[str, Any]]:
-    result = await a.rpc.ok("cstp.queryDecisions",
-                            {"query": "database for agent memory", "limit": 50,
-                             "filters": filters, **extra})
+    result = await a.rpc.ok(
+        "cstp.queryDecisions",
+        {"query": "database for agent memory", "limit": 50, "filters": filters, **extra},
+    )
     items: list[dict[str, Any]] = result["decisions"]
     return items
 
 
 async def test_review_reindexes_with_outcome_and_all_metadata(app: App) -> None:
     target = await record(app)
-    other = await record(app, {**full_decision(), "decision": "Use Redis for agent memory"},
-                         token="token-bob")
+    other = await record(
+        app, {**full_decision(), "decision": "Use Redis for agent memory"}, token="token-bob"
+    )
     everything_recorded = {
-        "category": "architecture", "stakes": ["high"], "agent": "alice",
-        "tags": ["database", "infrastructure"], "project": "atlas", "feature": "memory-store",
-        "pr": 314, "minConfidence": 0.85, "maxConfidence": 0.85,
+        "category": "architecture",
+        "stakes": ["high"],
+        "agent": "alice",
+        "tags": ["database", "infrastructure"],
+        "project": "atlas",
+        "feature": "memory-store",
+        "pr": 314,
+        "minConfidence": 0.85,
+        "maxConfidence": 0.85,
     }
     assert await search(app, {"hasOutcome": True}) == []
     assert {i["id"] for i in await search(app, {"hasOutcome": False})} == {
-        target["id"], other["id"]}
+        target["id"],
+        other["id"],
+    }
     assert [i["id"] for i in await search(app, everything_recorded)] == [target["id"]]
 
     app.clock.advance(days=10)
-    await app.rpc.ok("cstp.reviewDecision", {"id": target["id"], "outcome": "failure",
-                                             "lessons": "Too slow"}, token="token-bob")
+    await app.rpc.ok(
+        "cstp.reviewDecision",
+        {"id": target["id"], "outcome": "failure", "lessons": "Too slow"},
+        token="token-bob",
+    )
 
     found = await search(app, {"hasOutcome": True})
     assert [i["id"] for i in found] == [target["id"]]
     assert found[0]["outcome"] == "failure"
     assert found[0]["status"] == "reviewed"
     assert [i["id"] for i in await search(app, {"project": "atlas", "agent": "alice"})] == [
-        target["id"]]
+        target["id"]
+    ]
     assert [i["id"] for i in await search(app, {"status": ["reviewed"]})] == [target["id"]]
     assert [i["id"] for i in await search(app, {"hasOutcome": False})] == [other["id"]]
     assert [i["id"] for i in await search(app, {"status": ["pending"]})] == [other["id"]]
-    combined = {**everything_recorded, "hasOutcome": True, "status": ["reviewed"],
-                "dateAfter": iso(T0), "dateBefore": iso(T0 + timedelta(seconds=1))}
+    combined = {
+        **everything_recorded,
+        "hasOutcome": True,
+        "status": ["reviewed"],
+        "dateAfter": iso(T0),
+        "dateBefore": iso(T0 + timedelta(seconds=1)),
+    }
     rich = await search(app, combined, includeReasons=True)
     assert [i["id"] for i in rich] == [target["id"]]
     assert [r["text"] for r in rich[0]["reasons"]] == [r["text"] for r in SEED_DECISION["reasons"]]
@@ -317,8 +420,9 @@ async def test_the_database_refuses_to_change_reviews(app: App) -> None:
     recorded = await record(app)
     await app.rpc.ok("cstp.reviewDecision", {"id": recorded["id"], **FIRST})
     await app.rpc.ok("cstp.reviewDecision", {"id": recorded["id"], **SECOND})
-    snapshot = ("SELECT id, decision_id, outcome, lessons, reviewed_by FROM decision_reviews "
-                "ORDER BY id")
+    snapshot = (
+        "SELECT id, decision_id, outcome, lessons, reviewed_by FROM decision_reviews ORDER BY id"
+    )
     before = await sql(app.settings, snapshot)
     assert len(before) == 2
     for statement in (
@@ -328,6 +432,7 @@ async def test_the_database_refuses_to_change_reviews(app: App) -> None:
         "DELETE FROM decision_reviews",
     ):
         with pytest.raises(DBAPIError):
-            await sql(app.settings, statement, **({"id": before[0]["id"]} if ":id" in statement
-                                                  else {}))
+            await sql(
+                app.settings, statement, **({"id": before[0]["id"]} if ":id" in statement else {})
+            )
     assert await sql(app.settings, snapshot) == before

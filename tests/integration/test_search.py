@@ -47,7 +47,13 @@ CATEGORIES = ["architecture", "process", "integration", "tooling", "security"]
 STAKES = ["low", "medium", "high", "critical"]
 CONFIDENCES = [0.0, 1.0, 0.5, 0.75, 0.3, 0.9, 0.6, 0.85, 0.1, 0.45]
 TAG_SETS: list[list[str]] = [
-    [], ["infra"], ["db"], ["infra", "db"], ["infra", "db", "perf"], ["perf"], ["db", "perf"],
+    [],
+    ["infra"],
+    ["db"],
+    ["infra", "db"],
+    ["infra", "db", "perf"],
+    ["perf"],
+    ["db", "perf"],
     ["perf", "infra"],
 ]
 PROJECTS = [None, "payments", "search"]
@@ -55,11 +61,16 @@ FEATURES = [None, "checkout", "refunds"]
 PRS = [None, 42, 7]
 OUTCOMES = [None, None, "success", "failure", "partial"]
 TOPICS = [
-    "Adopt a message queue for order events", "Cache product pages at the edge",
-    "Rotate database credentials monthly", "Move CI builds to ephemeral runners",
-    "Split the monolith's billing module", "Require two approvals on main",
-    "Introduce feature flags for releases", "Use structured logging everywhere",
-    "Pin dependency versions in lock files", "Run nightly load tests",
+    "Adopt a message queue for order events",
+    "Cache product pages at the edge",
+    "Rotate database credentials monthly",
+    "Move CI builds to ephemeral runners",
+    "Split the monolith's billing module",
+    "Require two approvals on main",
+    "Introduce feature flags for releases",
+    "Use structured logging everywhere",
+    "Pin dependency versions in lock files",
+    "Run nightly load tests",
 ]
 
 
@@ -90,21 +101,23 @@ def build_corpus() -> list[Recorded]:
     rng = random.Random(1)
     corpus = []
     for i in range(40):
-        corpus.append(Recorded(
-            index=i,
-            category=rng.choice(CATEGORIES),
-            stakes=rng.choice(STAKES),
-            confidence=CONFIDENCES[i % len(CONFIDENCES)],
-            agent=rng.choice(["alice", "bob"]),
-            tags=list(rng.choice(TAG_SETS)),
-            project=rng.choice(PROJECTS),
-            feature=rng.choice(FEATURES),
-            pr=rng.choice(PRS),
-            outcome=rng.choice(OUTCOMES),
-            # irregular spacing: 1 day plus a few hours and minutes per step
-            created_at=START + timedelta(days=i, hours=(i * 5) % 11, minutes=(i * 7) % 60),
-            text=f"{TOPICS[i % len(TOPICS)]} (decision {i})",
-        ))
+        corpus.append(
+            Recorded(
+                index=i,
+                category=rng.choice(CATEGORIES),
+                stakes=rng.choice(STAKES),
+                confidence=CONFIDENCES[i % len(CONFIDENCES)],
+                agent=rng.choice(["alice", "bob"]),
+                tags=list(rng.choice(TAG_SETS)),
+                project=rng.choice(PROJECTS),
+                feature=rng.choice(FEATURES),
+                pr=rng.choice(PRS),
+                outcome=rng.choice(OUTCOMES),
+                # irregular spacing: 1 day plus a few hours and minutes per step
+                created_at=START + timedelta(days=i, hours=(i * 5) % 11, minutes=(i * 7) % 60),
+                text=f"{TOPICS[i % len(TOPICS)]} (decision {i})",
+            )
+        )
     return corpus
 
 
@@ -115,8 +128,10 @@ def record_params(d: Recorded) -> dict[str, Any]:
         "category": d.category,
         "stakes": d.stakes,
         "context": f"Context for decision {d.index}",
-        "reasons": [{"type": "analysis", "text": f"Reason one of {d.index}", "strength": 0.7},
-                    {"type": "pattern", "text": f"Reason two of {d.index}"}],
+        "reasons": [
+            {"type": "analysis", "text": f"Reason one of {d.index}", "strength": 0.7},
+            {"type": "pattern", "text": f"Reason two of {d.index}"},
+        ],
         "tags": d.tags,
     }
     for key in ("project", "feature", "pr"):
@@ -178,10 +193,16 @@ VARIANTS: list[tuple[str, Any, Predicate]] = [
     ("dateBefore", "2026-03-15", lambda d: d.created_at < MIDNIGHT),
     ("dateAfter", iso(CORPUS[39].created_at + timedelta(seconds=1)), lambda d: False),
     # the same instants written with another UTC offset
-    ("dateAfter", AFTER_AT.astimezone(timezone(timedelta(hours=2))).isoformat(),
-     lambda d: d.created_at >= AFTER_AT),
-    ("dateBefore", BEFORE_AT.astimezone(timezone(timedelta(hours=-5))).isoformat(),
-     lambda d: d.created_at < BEFORE_AT),
+    (
+        "dateAfter",
+        AFTER_AT.astimezone(timezone(timedelta(hours=2))).isoformat(),
+        lambda d: d.created_at >= AFTER_AT,
+    ),
+    (
+        "dateBefore",
+        BEFORE_AT.astimezone(timezone(timedelta(hours=-5))).isoformat(),
+        lambda d: d.created_at < BEFORE_AT,
+    ),
     # whole numbers sent as JSON integers
     ("minConfidence", 1, lambda d: d.confidence == 1.0),
     ("maxConfidence", 0, lambda d: d.confidence == 0.0),
@@ -237,18 +258,23 @@ async def corpus_rpc(
         rpc = Rpc(client)
         for d in CORPUS:
             clock.now = d.created_at
-            result = await rpc.ok("cstp.recordDecision", record_params(d),
-                                  token=token_of[d.agent])
+            result = await rpc.ok("cstp.recordDecision", record_params(d), token=token_of[d.agent])
             assert result["indexed"] is True, result
             d.id = result["id"]
         clock.now = START + timedelta(days=60)
         for d in CORPUS:
             if d.outcome is not None:
                 clock.now += timedelta(minutes=3)
-                reviewed = await rpc.ok("cstp.reviewDecision", {
-                    "id": d.id, "outcome": d.outcome, "actualResult": f"Result {d.index}",
-                    "lessons": f"Lesson {d.index}",
-                }, token="token-bob")
+                reviewed = await rpc.ok(
+                    "cstp.reviewDecision",
+                    {
+                        "id": d.id,
+                        "outcome": d.outcome,
+                        "actualResult": f"Result {d.index}",
+                        "lessons": f"Lesson {d.index}",
+                    },
+                    token="token-bob",
+                )
                 assert reviewed["reindexed"] is True, reviewed
         assert len({d.id for d in CORPUS}) == len(CORPUS)
         yield rpc
@@ -315,7 +341,8 @@ async def test_each_filter_alone(corpus_rpc: Rpc, name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "value", "predicate"), VARIANTS,
+    ("name", "value", "predicate"),
+    VARIANTS,
     ids=[f"{name}={value!r}" for name, value, _ in VARIANTS],
 )
 async def test_each_filter_alone_other_values(
@@ -343,16 +370,23 @@ async def test_limit_keeps_the_nearest_matches(corpus_rpc: Rpc) -> None:
     value, predicate = FILTERS["hasOutcome"]
     full = await query(corpus_rpc, {"hasOutcome": value})
     assert len(full["decisions"]) == len(expected_ids([predicate])) > 3
-    top = await corpus_rpc.ok("cstp.queryDecisions", {
-        "query": QUERY, "limit": 3, "filters": {"hasOutcome": value},
-    })
+    top = await corpus_rpc.ok(
+        "cstp.queryDecisions",
+        {
+            "query": QUERY,
+            "limit": 3,
+            "filters": {"hasOutcome": value},
+        },
+    )
     assert [i["id"] for i in top["decisions"]] == [i["id"] for i in full["decisions"][:3]]
 
 
 async def test_include_reasons(corpus_rpc: Rpc) -> None:
     target = CORPUS[5]
-    filters = {"dateAfter": iso(target.created_at),
-               "dateBefore": iso(target.created_at + timedelta(seconds=1))}
+    filters = {
+        "dateAfter": iso(target.created_at),
+        "dateBefore": iso(target.created_at + timedelta(seconds=1)),
+    }
     plain = await query(corpus_rpc, filters)
     assert [i["id"] for i in plain["decisions"]] == [target.id]
     assert "reasons" not in plain["decisions"][0]
@@ -391,8 +425,9 @@ UNRELATED = [
 async def test_paraphrase_finds_the_decision_first(rpc: Rpc) -> None:
     ids = {}
     for text, category in [("Deploy auth service to production", "architecture"), *UNRELATED]:
-        result = await rpc.ok("cstp.recordDecision",
-                              {"decision": text, "confidence": 0.8, "category": category})
+        result = await rpc.ok(
+            "cstp.recordDecision", {"decision": text, "confidence": 0.8, "category": category}
+        )
         ids[text] = result["id"]
     found = await rpc.ok("cstp.queryDecisions", {"query": "roll out the login service"})
     titles = [item["title"] for item in found["decisions"]]
@@ -401,8 +436,9 @@ async def test_paraphrase_finds_the_decision_first(rpc: Rpc) -> None:
     first, second = found["decisions"][0]["distance"], found["decisions"][1]["distance"]
     assert first < second
     # an exact restatement is (almost) at distance 0
-    same = await rpc.ok("cstp.queryDecisions", {"query": "Deploy auth service to production",
-                                                "limit": 1})
+    same = await rpc.ok(
+        "cstp.queryDecisions", {"query": "Deploy auth service to production", "limit": 1}
+    )
     assert same["decisions"][0]["id"] == ids["Deploy auth service to production"]
     assert same["decisions"][0]["distance"] < 0.25
 
@@ -425,8 +461,9 @@ async def test_limit_bounds_are_accepted(rpc: Rpc, limit: int) -> None:
     assert result["decisions"] == []
 
 
-@pytest.mark.parametrize("params", [{"query": ""}, {"query": "   \n\t"}, {}, {"query": None},
-                                    {"query": 42}])
+@pytest.mark.parametrize(
+    "params", [{"query": ""}, {"query": "   \n\t"}, {}, {"query": None}, {"query": 42}]
+)
 async def test_blank_or_missing_query(rpc: Rpc, params: dict[str, Any]) -> None:
     error = await rpc.error("cstp.queryDecisions", params)
     assert error["code"] == -32602
@@ -456,23 +493,31 @@ async def test_bad_filter_names_the_field(rpc: Rpc, filters: Any, field: str) ->
 
 
 async def test_unknown_params_and_null_filters_are_ignored(rpc: Rpc) -> None:
-    recorded = await rpc.ok("cstp.recordDecision",
-                            {"decision": "Adopt trunk based development", "confidence": 0.7,
-                             "category": "process"})
-    result = await rpc.ok("cstp.queryDecisions", {
-        "query": "branching strategy", "somethingNew": 1,
-        "filters": {"category": None, "project": None, "futureFilter": "x"},
-    })
+    recorded = await rpc.ok(
+        "cstp.recordDecision",
+        {"decision": "Adopt trunk based development", "confidence": 0.7, "category": "process"},
+    )
+    result = await rpc.ok(
+        "cstp.queryDecisions",
+        {
+            "query": "branching strategy",
+            "somethingNew": 1,
+            "filters": {"category": None, "project": None, "futureFilter": "x"},
+        },
+    )
     assert [item["id"] for item in result["decisions"]] == [recorded["id"]]
 
 
-async def test_date_filters_are_exact_to_the_microsecond(
-    settings: Settings, embedder: Any
-) -> None:
+async def test_date_filters_are_exact_to_the_microsecond(settings: Settings, embedder: Any) -> None:
     """Date bounds close together (1 s, 1 ms, 1 µs apart) are still told apart."""
     base = datetime(2026, 9, 30, 23, 59, 58, tzinfo=UTC)
-    offsets = [timedelta(0), timedelta(seconds=1), timedelta(seconds=1, milliseconds=1),
-               timedelta(seconds=1, milliseconds=1, microseconds=1), timedelta(seconds=2)]
+    offsets = [
+        timedelta(0),
+        timedelta(seconds=1),
+        timedelta(seconds=1, milliseconds=1),
+        timedelta(seconds=1, milliseconds=1, microseconds=1),
+        timedelta(seconds=2),
+    ]
     clock = Clock(base)
     app = create_app(settings, runtime=Runtime(now=clock), embedder=embedder)
     async with serve_app(app) as client:
@@ -480,17 +525,24 @@ async def test_date_filters_are_exact_to_the_microsecond(
         ids = []
         for i, offset in enumerate(offsets):
             clock.now = base + offset
-            result = await rpc.ok("cstp.recordDecision", {
-                "decision": f"Tune the cache eviction policy, step {i}", "confidence": 0.7,
-                "category": "tooling"})
+            result = await rpc.ok(
+                "cstp.recordDecision",
+                {
+                    "decision": f"Tune the cache eviction policy, step {i}",
+                    "confidence": 0.7,
+                    "category": "tooling",
+                },
+            )
             ids.append(result["id"])
         for lo in range(len(offsets)):
             for hi in range(lo, len(offsets) + 1):
                 filters: dict[str, Any] = {"dateAfter": iso(base + offsets[lo])}
                 if hi < len(offsets):
                     filters["dateBefore"] = iso(base + offsets[hi])
-                found = await rpc.ok("cstp.queryDecisions", {
-                    "query": "cache eviction", "limit": 50, "filters": filters})
+                found = await rpc.ok(
+                    "cstp.queryDecisions",
+                    {"query": "cache eviction", "limit": 50, "filters": filters},
+                )
                 assert {item["id"] for item in found["decisions"]} == set(ids[lo:hi]), filters
 
 
@@ -498,15 +550,19 @@ async def test_filters_on_an_empty_index_or_missing_keys_give_no_match(rpc: Rpc)
     filters = {name: value for name, (value, _p) in FILTERS.items()}
     empty = await rpc.ok("cstp.queryDecisions", {"query": "anything", "filters": filters})
     assert empty["decisions"] == [] and empty["total"] == 0
-    bare = await rpc.ok("cstp.recordDecision", {"decision": "Keep a changelog",
-                                                "confidence": 0.6, "category": "process"})
+    bare = await rpc.ok(
+        "cstp.recordDecision",
+        {"decision": "Keep a changelog", "confidence": 0.6, "category": "process"},
+    )
     for name in ("tags", "project", "feature", "pr"):
         value = FILTERS[name][0]
-        result = await rpc.ok("cstp.queryDecisions",
-                              {"query": "changelog", "filters": {name: value}})
+        result = await rpc.ok(
+            "cstp.queryDecisions", {"query": "changelog", "filters": {name: value}}
+        )
         assert result["decisions"] == [], name
-    found = await rpc.ok("cstp.queryDecisions", {"query": "changelog",
-                                                 "filters": {"hasOutcome": False}})
+    found = await rpc.ok(
+        "cstp.queryDecisions", {"query": "changelog", "filters": {"hasOutcome": False}}
+    )
     assert [item["id"] for item in found["decisions"]] == [bare["id"]]
 
 
@@ -522,46 +578,73 @@ async def test_unreachable_index_is_query_failed(
     app = create_app(down, embedder=embedder)
     async with serve_app(app) as client:
         rpc = Rpc(client)
-        recorded = await rpc.ok("cstp.recordDecision",
-                                {"decision": "Deploy auth service", "confidence": 0.9,
-                                 "category": "architecture"})
+        recorded = await rpc.ok(
+            "cstp.recordDecision",
+            {"decision": "Deploy auth service", "confidence": 0.9, "category": "architecture"},
+        )
         assert recorded["indexed"] is False  # stored anyway; the outbox indexes it later
-        for params in ({"query": "deploy"},
-                       {"query": "deploy", "filters": {"category": "architecture"}}):
+        for params in (
+            {"query": "deploy"},
+            {"query": "deploy", "filters": {"category": "architecture"}},
+        ):
             answer = await rpc.call("cstp.queryDecisions", params)
             assert "result" not in answer, answer
             error = answer["error"]
             assert error["code"] == -32003
             text = repr(error)
-            for leak in (str(free_port), "127.0.0.1", "http", "Traceback", "Exception",
-                         "ConnectError", "Connection refused", "chroma", str(settings.data_dir),
-                         "/"):
+            for leak in (
+                str(free_port),
+                "127.0.0.1",
+                "http",
+                "Traceback",
+                "Exception",
+                "ConnectError",
+                "Connection refused",
+                "chroma",
+                str(settings.data_dir),
+                "/",
+            ):
                 assert leak not in text, (leak, error)
 
 
 async def test_a_rare_filter_match_beyond_the_unfiltered_probe_is_found(rpc: Rpc) -> None:
     """With more decisions than a filtered search first probes unfiltered, a match far from
     the query must still be found (the search then asks the index with the filter)."""
-    near = [{"decision": f"Deploy the auth service to production, wave {i}", "confidence": 0.7,
-             "category": "architecture"} for i in range(100)]
+    near = [
+        {
+            "decision": f"Deploy the auth service to production, wave {i}",
+            "confidence": 0.7,
+            "category": "architecture",
+        }
+        for i in range(100)
+    ]
     for start in range(0, len(near), 50):
-        batch = [{"jsonrpc": "2.0", "id": i, "method": "cstp.recordDecision", "params": p}
-                 for i, p in enumerate(near[start:start + 50])]
+        batch = [
+            {"jsonrpc": "2.0", "id": i, "method": "cstp.recordDecision", "params": p}
+            for i, p in enumerate(near[start : start + 50])
+        ]
         answers = (await rpc.raw(batch)).json()
         assert all("result" in a for a in answers)
-    far = await rpc.ok("cstp.recordDecision", {
-        "decision": "Bake sourdough bread for the team party", "confidence": 0.4,
-        "category": "security"})
-    found = await rpc.ok("cstp.queryDecisions", {
-        "query": "roll out the login service", "limit": 1,
-        "filters": {"category": "security"}})
+    far = await rpc.ok(
+        "cstp.recordDecision",
+        {
+            "decision": "Bake sourdough bread for the team party",
+            "confidence": 0.4,
+            "category": "security",
+        },
+    )
+    found = await rpc.ok(
+        "cstp.queryDecisions",
+        {"query": "roll out the login service", "limit": 1, "filters": {"category": "security"}},
+    )
     assert [d["id"] for d in found["decisions"]] == [far["id"]]
     # the far decision is beyond what the probe saw, so the filtered query found it
     from app.search.service import OVERFETCH, PROBE
 
     probe = (1 + OVERFETCH) * PROBE
-    unfiltered = await rpc.ok("cstp.queryDecisions", {"query": "roll out the login service",
-                                                      "limit": probe})
+    unfiltered = await rpc.ok(
+        "cstp.queryDecisions", {"query": "roll out the login service", "limit": probe}
+    )
     assert len(unfiltered["decisions"]) == probe
     assert far["id"] not in [d["id"] for d in unfiltered["decisions"]]
 
@@ -581,14 +664,19 @@ async def test_search_reads_beside_the_write_on_sqlite_and_within_it_on_postgres
     db = services.db
 
     def summary(conn: Any) -> str:
-        return str(conn.execute(sql("SELECT summary FROM decisions WHERE id = :id"),
-                                {"id": recorded["id"]}).scalar_one())
+        return str(
+            conn.execute(
+                sql("SELECT summary FROM decisions WHERE id = :id"), {"id": recorded["id"]}
+            ).scalar_one()
+        )
 
     seen = None
     with pytest.raises(_RolledBack):
         async with db.transaction(write=True) as session:
-            await session.execute(sql("UPDATE decisions SET summary = 'changed' WHERE id = :id"),
-                                  {"id": recorded["id"]})
+            await session.execute(
+                sql("UPDATE decisions SET summary = 'changed' WHERE id = :id"),
+                {"id": recorded["id"]},
+            )
             seen = await db.read(summary, session=session)
             raise _RolledBack
     assert seen == ("changed" if not db.is_sqlite else seed_decision["decision"])

@@ -20,10 +20,17 @@ BODY = {"jsonrpc": "2.0", "method": "cstp.listDecisions", "id": 1}
 
 @pytest.mark.parametrize(
     "headers",
-    [{}, {"Authorization": "Bearer"}, {"Authorization": "Basic dG9rZW4tYWxpY2U="},
-     {"Authorization": "Bearer wrong-token"}, {"Authorization": "token-alice"}],
+    [
+        {},
+        {"Authorization": "Bearer"},
+        {"Authorization": "Basic dG9rZW4tYWxpY2U="},
+        {"Authorization": "Bearer wrong-token"},
+        {"Authorization": "token-alice"},
+    ],
 )
-async def test_bad_or_missing_token_is_401_before_the_body(client: Any, headers: dict[str, str]) -> None:
+async def test_bad_or_missing_token_is_401_before_the_body(
+    client: Any, headers: dict[str, str]
+) -> None:
     response = await client.post("/cstp", content=b"not even json", headers=headers)
     assert response.status_code == 401
     assert response.headers["www-authenticate"].startswith("Bearer")
@@ -69,7 +76,8 @@ async def test_ready_is_degraded_not_unready_while_an_event_is_dead(
         await session.execute(
             update(OutboxEvent)
             .where(OutboxEvent.decision_id == recorded["id"], OutboxEvent.kind == "export")
-            .values(status="dead", last_error="decision not found"))
+            .values(status="dead", last_error="decision not found")
+        )
     response = await client.get("/ready")
     assert response.status_code == 200, response.text
     body = response.json()
@@ -81,26 +89,34 @@ async def test_ready_is_degraded_not_unready_while_an_event_is_dead(
     assert response.json()["status"] == "ready" and "degraded" not in response.json()
 
 
-@pytest.mark.parametrize(("setting", "url", "part", "a_call_gets"), [
-    # A search needs the index; listing decisions does not.
-    ("chroma_url", "http://127.0.0.1:{port}", "vectorIndex", "result"),
-    # With CSTP_REDIS_URL every call needs Redis for its budget: a worker that cannot reach
-    # it refuses every call, so it must not say it is ready.
-    ("redis_url", "redis://127.0.0.1:{port}/0", "rateLimits", "error"),
-])
+@pytest.mark.parametrize(
+    ("setting", "url", "part", "a_call_gets"),
+    [
+        # A search needs the index; listing decisions does not.
+        ("chroma_url", "http://127.0.0.1:{port}", "vectorIndex", "result"),
+        # With CSTP_REDIS_URL every call needs Redis for its budget: a worker that cannot reach
+        # it refuses every call, so it must not say it is ready.
+        ("redis_url", "redis://127.0.0.1:{port}/0", "rateLimits", "error"),
+    ],
+)
 async def test_ready_names_an_unreachable_part(
-    settings: Settings, embedder: Any, free_port: int, setting: str, url: str, part: str,
+    settings: Settings,
+    embedder: Any,
+    free_port: int,
+    setting: str,
+    url: str,
+    part: str,
     a_call_gets: str,
 ) -> None:
-    app = create_app(replace(settings, **{setting: url.format(port=free_port)}),
-                     embedder=embedder)
+    app = create_app(replace(settings, **{setting: url.format(port=free_port)}), embedder=embedder)
     async with serve_app(app) as client:
         response = await client.get("/ready")
         assert response.status_code == 503
         assert response.json()["failing"] == [part]
         assert response.json()["checks"][part] == "unreachable"
-        call = (await client.post("/cstp", json=BODY,
-                                  headers={"Authorization": "Bearer token-alice"})).json()
+        call = (
+            await client.post("/cstp", json=BODY, headers={"Authorization": "Bearer token-alice"})
+        ).json()
     assert a_call_gets in call, call
     if a_call_gets == "error":
         assert call["error"]["code"] == -32006
@@ -116,8 +132,11 @@ async def test_an_unreachable_postgres_is_a_storage_error_not_a_bug(
     calls = {
         "cstp.listDecisions": {},
         "cstp.getDecision": {"id": "0000abcd"},
-        "cstp.recordDecision": {"decision": "Use Redis for caching", "confidence": 0.8,
-                                "category": "architecture"},
+        "cstp.recordDecision": {
+            "decision": "Use Redis for caching",
+            "confidence": 0.8,
+            "category": "architecture",
+        },
         "cstp.reviewDecision": {"id": "0000abcd", "outcome": "success"},
         "cstp.checkGuardrails": {"action": {"description": "Add a cache"}},
         "cstp.announceIntent": {"intent": "Add a cache"},
@@ -125,9 +144,11 @@ async def test_an_unreachable_postgres_is_a_storage_error_not_a_bug(
     }
     async with serve_app(app) as client:
         for method, params in calls.items():
-            response = await client.post("/cstp", headers={"Authorization": "Bearer token-alice"},
-                                         json={"jsonrpc": "2.0", "id": 1, "method": method,
-                                               "params": params})
+            response = await client.post(
+                "/cstp",
+                headers={"Authorization": "Bearer token-alice"},
+                json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
+            )
             assert response.json()["error"]["code"] == -32005, (method, response.text)
 
 
@@ -165,15 +186,16 @@ async def test_a_commented_out_line_of_the_tokens_file_grants_nothing(
 ) -> None:
     tokens_file = tmp_path / "tokens"
     tokens_file.write_text("# revoked: mallory:abc123, eve:def456\nalice:tok-alice\n")
-    app = create_app(replace(settings, auth_tokens={}, tokens_file=tokens_file),
-                     embedder=embedder)
+    app = create_app(replace(settings, auth_tokens={}, tokens_file=tokens_file), embedder=embedder)
     async with serve_app(app) as client:
         for revoked in ("abc123", "def456"):
-            denied = await client.post("/cstp", json=BODY,
-                                       headers={"Authorization": f"Bearer {revoked}"})
+            denied = await client.post(
+                "/cstp", json=BODY, headers={"Authorization": f"Bearer {revoked}"}
+            )
             assert denied.status_code == 401
-        allowed = await client.post("/cstp", json=BODY,
-                                    headers={"Authorization": "Bearer tok-alice"})
+        allowed = await client.post(
+            "/cstp", json=BODY, headers={"Authorization": "Bearer tok-alice"}
+        )
         assert allowed.status_code == 200 and "result" in allowed.json()
 
 
@@ -207,7 +229,9 @@ async def test_without_tokens_a_local_token_is_kept_and_reused(
     async with serve_app(app) as client:
         denied = await client.post("/cstp", json=BODY)
         assert denied.status_code == 401
-        allowed = await client.post("/cstp", json=BODY, headers={"Authorization": f"Bearer {token}"})
+        allowed = await client.post(
+            "/cstp", json=BODY, headers={"Authorization": f"Bearer {token}"}
+        )
         assert allowed.status_code == 200 and "result" in allowed.json()
     create_app(local, embedder=embedder)
     assert token_file.read_text().strip() == token
@@ -224,10 +248,15 @@ async def test_migrations_run_down_and_up_and_models_do_not_drift(database_url: 
 
 
 def test_settings_read_from_environment(tmp_path: Path) -> None:
-    s = Settings.from_env({
-        "CSTP_DATA_DIR": str(tmp_path), "CSTP_PORT": "1234", "CSTP_AGENT_NAME": "x",
-        "CSTP_AUTH_TOKENS": "a:1,b:2", "CSTP_RATE_LIMITS": "default=5/1,cstp.announceIntent=2/10",
-    })
+    s = Settings.from_env(
+        {
+            "CSTP_DATA_DIR": str(tmp_path),
+            "CSTP_PORT": "1234",
+            "CSTP_AGENT_NAME": "x",
+            "CSTP_AUTH_TOKENS": "a:1,b:2",
+            "CSTP_RATE_LIMITS": "default=5/1,cstp.announceIntent=2/10",
+        }
+    )
     assert s.database_url == f"sqlite+aiosqlite:///{tmp_path.absolute() / 'cstp.db'}"
     assert s.port == 1234 and s.agent_name == "x"
     assert s.auth_tokens == {"1": "a", "2": "b"}

@@ -9,8 +9,7 @@ import ast
 from pathlib import Path
 
 APP = Path(__file__).resolve().parents[2] / "app"
-FACES = ("app.rpc", "app.mcp", "app.system", "app.client", "app.cli", "app.cli_support",
-         "app.asgi")
+FACES = ("app.rpc", "app.mcp", "app.system", "app.client", "app.cli", "app.cli_support", "app.asgi")
 
 
 def module_name(path: Path) -> str:
@@ -20,8 +19,9 @@ def module_name(path: Path) -> str:
 
 def imported(path: Path) -> set[str]:
     """Every module ``path`` imports, anywhere in it (functions included), absolute."""
-    package = module_name(path) if path.name == "__init__.py" else \
-        module_name(path).rpartition(".")[0]
+    package = (
+        module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    )
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
@@ -45,9 +45,7 @@ def is_face(name: str) -> bool:
 def test_no_module_below_the_faces_imports_a_face() -> None:
     below = [p for p in APP.rglob("*.py") if not is_face(module_name(p))]
     assert len(below) > 40  # the contexts, operations, db, outbox, ...
-    offenders = {
-        module_name(p): sorted(n for n in imported(p) if is_face(n)) for p in below
-    }
+    offenders = {module_name(p): sorted(n for n in imported(p) if is_face(n)) for p in below}
     assert {m: faces for m, faces in offenders.items() if faces} == {}
 
 

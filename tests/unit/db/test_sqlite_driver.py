@@ -17,7 +17,8 @@ from app.db.engine import Database
 
 meta = MetaData()
 items = Table(
-    "items", meta,
+    "items",
+    meta,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("name", String(32), unique=True, nullable=False),
     Column("size", Integer),
@@ -55,12 +56,20 @@ async def test_rows_ids_and_counts_are_what_sqlite_reports(db: Database) -> None
         changed = await session.execute(update(items).where(items.c.size >= 3).values(size=0))
         assert changed.rowcount == 3  # sizes 3, 4 and 99
         returned = await session.execute(
-            insert(items).values(name="back", size=7).returning(items.c.id, items.c.name))
+            insert(items).values(name="back", size=7).returning(items.c.id, items.c.name)
+        )
         assert returned.all() == [(7, "back")]
     async with db.transaction(write=False) as session:
-        rows = (await session.execute(select(items.c.name, items.c.size).order_by(items.c.id)))
-        assert rows.all() == [("n0", 0), ("n1", 1), ("n2", 2), ("n3", 0), ("n4", 0),
-                              ("single", 0), ("back", 7)]
+        rows = await session.execute(select(items.c.name, items.c.size).order_by(items.c.id))
+        assert rows.all() == [
+            ("n0", 0),
+            ("n1", 1),
+            ("n2", 2),
+            ("n3", 0),
+            ("n4", 0),
+            ("single", 0),
+            ("back", 7),
+        ]
         result = await session.execute(select(items.c.id).where(items.c.name == "nobody"))
         assert result.first() is None
         raw_sql = await session.execute(text("SELECT name FROM items ORDER BY id LIMIT 2"))

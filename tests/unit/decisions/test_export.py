@@ -14,19 +14,28 @@ from app.decisions.export import export_decision, render
 
 def decision(created: datetime) -> Decision:
     return Decision(
-        id="0a1b2c3d", summary="Use PostgreSQL", decision="Use PostgreSQL",
-        category="architecture", confidence=0.8, stakes="medium", status="pending",
-        created_at=created, recorded_by="alice",
+        id="0a1b2c3d",
+        summary="Use PostgreSQL",
+        decision="Use PostgreSQL",
+        category="architecture",
+        confidence=0.8,
+        stakes="medium",
+        status="pending",
+        created_at=created,
+        recorded_by="alice",
     )
 
 
 def test_every_year_is_four_digits_in_the_path() -> None:
     assert relative_path(decision(datetime(1, 2, 3, tzinfo=UTC))) == (
-        "decisions/0001/02/0001-02-03-decision-0a1b2c3d.yaml")
+        "decisions/0001/02/0001-02-03-decision-0a1b2c3d.yaml"
+    )
     assert relative_path(decision(datetime(987, 12, 31, tzinfo=UTC))) == (
-        "decisions/0987/12/0987-12-31-decision-0a1b2c3d.yaml")
+        "decisions/0987/12/0987-12-31-decision-0a1b2c3d.yaml"
+    )
     assert relative_path(decision(datetime(2026, 12, 1, tzinfo=UTC))) == (
-        "decisions/2026/12/2026-12-01-decision-0a1b2c3d.yaml")
+        "decisions/2026/12/2026-12-01-decision-0a1b2c3d.yaml"
+    )
 
 
 def test_a_file_is_readable_as_the_umask_allows(tmp_path: Path) -> None:

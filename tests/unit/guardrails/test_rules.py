@@ -54,9 +54,14 @@ def make_rule(
         return Condition(field, op, tuple(value) if isinstance(value, list) else value)
 
     return Rule(
-        id=rule_id, description=f"rule {rule_id}", action=action,  # type: ignore[arg-type]
-        scope=scope, conditions=tuple(map(cond, conditions)),
-        requirements=tuple(map(cond, requirements)), message=message, suggestion=suggestion,
+        id=rule_id,
+        description=f"rule {rule_id}",
+        action=action,  # type: ignore[arg-type]
+        scope=scope,
+        conditions=tuple(map(cond, conditions)),
+        requirements=tuple(map(cond, requirements)),
+        message=message,
+        suggestion=suggestion,
     )
 
 
@@ -71,6 +76,7 @@ def fires(rule: Rule, facts: Mapping[str, Any]) -> bool:
 
 
 # --- loading ---------------------------------------------------------------------------------
+
 
 def test_valid_file_loads(tmp_path: Path) -> None:
     path = write(tmp_path, "a.yaml", VALID_RULE)
@@ -100,37 +106,79 @@ LOAD_ERRORS = [
     ("rules: []\n", 1, "unknown key 'rules'"),
     ("guardrails:\n  - not-a-mapping\n", 2, "rule must be a mapping"),
     (RULE_HEAD + "    severity: high\n", 6, "unknown key 'severity' in rule"),
-    (RULE_HEAD + "    conditions:\n      - {field: x, op: '==', value: 1, note: y}\n", 7,
-     "unknown key 'note' in condition"),
-    (RULE_HEAD + "    conditions:\n      - {field: x, op: '=='}\n", 7,
-     "condition is missing required key 'value'"),
-    (RULE_HEAD + "    conditions:\n      - {field: x, value: 1}\n", 7,
-     "condition needs exactly one of 'operator' or 'op'"),
-    (RULE_HEAD + "    conditions:\n      - {field: x, op: '==', operator: '==', value: 1}\n", 7,
-     "condition needs exactly one of 'operator' or 'op'"),
-    ("guardrails:\n  - id: ok\n    action: block\n    message: m\n", 2,
-     "rule is missing required key 'description'"),
-    ("guardrails:\n  - id: ok\n    description: d\n    action: deny\n    message: m\n", 4,
-     "unknown action 'deny' (expected block or warn)"),
-    (RULE_HEAD + "    conditions:\n      - field: x\n        op: '=~'\n        value: 1\n", 8,
-     "unknown operator '=~' (expected one of ==, !=, <, <=, >, >=, in, not in)"),
-    (RULE_HEAD + "    requirements:\n      - {field: x, op: in, value: high}\n", 7,
-     "operator 'in' needs a list value"),
-    (RULE_HEAD + "    conditions:\n      - {field: x, op: not in, value: 3}\n", 7,
-     "operator 'not in' needs a list value"),
-    (RULE_HEAD + "    conditions:\n      - {field: x, op: '==', value: [1, 2]}\n", 7,
-     "needs a single value"),
-    (RULE_HEAD + "    conditions:\n      - {field: x, op: '<', value: true}\n", 7,
-     "needs a number or string value"),
-    ("guardrails:\n  - id: Bad_Id\n    description: d\n    action: warn\n    message: m\n", 2,
-     "invalid id 'Bad_Id'"),
+    (
+        RULE_HEAD + "    conditions:\n      - {field: x, op: '==', value: 1, note: y}\n",
+        7,
+        "unknown key 'note' in condition",
+    ),
+    (
+        RULE_HEAD + "    conditions:\n      - {field: x, op: '=='}\n",
+        7,
+        "condition is missing required key 'value'",
+    ),
+    (
+        RULE_HEAD + "    conditions:\n      - {field: x, value: 1}\n",
+        7,
+        "condition needs exactly one of 'operator' or 'op'",
+    ),
+    (
+        RULE_HEAD + "    conditions:\n      - {field: x, op: '==', operator: '==', value: 1}\n",
+        7,
+        "condition needs exactly one of 'operator' or 'op'",
+    ),
+    (
+        "guardrails:\n  - id: ok\n    action: block\n    message: m\n",
+        2,
+        "rule is missing required key 'description'",
+    ),
+    (
+        "guardrails:\n  - id: ok\n    description: d\n    action: deny\n    message: m\n",
+        4,
+        "unknown action 'deny' (expected block or warn)",
+    ),
+    (
+        RULE_HEAD + "    conditions:\n      - field: x\n        op: '=~'\n        value: 1\n",
+        8,
+        "unknown operator '=~' (expected one of ==, !=, <, <=, >, >=, in, not in)",
+    ),
+    (
+        RULE_HEAD + "    requirements:\n      - {field: x, op: in, value: high}\n",
+        7,
+        "operator 'in' needs a list value",
+    ),
+    (
+        RULE_HEAD + "    conditions:\n      - {field: x, op: not in, value: 3}\n",
+        7,
+        "operator 'not in' needs a list value",
+    ),
+    (
+        RULE_HEAD + "    conditions:\n      - {field: x, op: '==', value: [1, 2]}\n",
+        7,
+        "needs a single value",
+    ),
+    (
+        RULE_HEAD + "    conditions:\n      - {field: x, op: '<', value: true}\n",
+        7,
+        "needs a number or string value",
+    ),
+    (
+        "guardrails:\n  - id: Bad_Id\n    description: d\n    action: warn\n    message: m\n",
+        2,
+        "invalid id 'Bad_Id'",
+    ),
     (RULE_HEAD + "    scope: payments\n", 6, "scope must be a list"),
     (RULE_HEAD + "    message: again\n", 6, "duplicate key 'message'"),
     (RULE_HEAD + "    suggestion: !!python/object:os.system x\n", 6, "invalid suggestion"),
-    (RULE_HEAD + "    conditions:\n      - {field: x, op: '==', value: 2024-01-01}\n", 7,
-     "value must be a string, number or boolean"),
-    ("guardrails:\n  - id: ok\n    description: '  '\n    action: warn\n    message: m\n", 3,
-     "description must be a non-empty string"),
+    (
+        RULE_HEAD + "    conditions:\n      - {field: x, op: '==', value: 2024-01-01}\n",
+        7,
+        "value must be a string, number or boolean",
+    ),
+    (
+        "guardrails:\n  - id: ok\n    description: '  '\n    action: warn\n    message: m\n",
+        3,
+        "description must be a non-empty string",
+    ),
 ]
 
 
@@ -152,8 +200,9 @@ def test_unknown_operator_message_format(tmp_path: Path) -> None:
     path = write(tmp_path / "rules", "prod.yaml", text)
     with pytest.raises(RuleFileError) as info:
         load_rules([tmp_path / "rules"])
-    assert str(info.value) == (f"{path}:7: unknown operator '=~' "
-                               "(expected one of ==, !=, <, <=, >, >=, in, not in)")
+    assert str(info.value) == (
+        f"{path}:7: unknown operator '=~' (expected one of ==, !=, <, <=, >, >=, in, not in)"
+    )
 
 
 def test_duplicate_id_in_one_file_names_both_places(tmp_path: Path) -> None:
@@ -187,7 +236,7 @@ def test_extra_dir_adds_rules_after_shipped_ones(tmp_path: Path) -> None:
     shipped = load_rules([SHIPPED_RULES_DIR])
     combined = load_rules(rule_dirs(tmp_path))
     assert combined.rules[: len(shipped.rules)] == shipped.rules
-    assert [r.id for r in combined.rules[len(shipped.rules):]] == ["first", "second"]
+    assert [r.id for r in combined.rules[len(shipped.rules) :]] == ["first", "second"]
     assert combined.version != shipped.version
     assert rule_dirs(None) == [SHIPPED_RULES_DIR]
 
@@ -211,12 +260,17 @@ def test_null_optional_keys_count_as_absent(tmp_path: Path) -> None:
 
 
 def test_as_dict_is_public_shape() -> None:
-    rule = make_rule("x", conditions=(("stakes", "in", ["high"]),), suggestion="s",
-                     scope=("payments",))
+    rule = make_rule(
+        "x", conditions=(("stakes", "in", ["high"]),), suggestion="s", scope=("payments",)
+    )
     assert rule.as_dict() == {
-        "id": "x", "description": "rule x", "action": "block", "scope": ["payments"],
+        "id": "x",
+        "description": "rule x",
+        "action": "block",
+        "scope": ["payments"],
         "conditions": [{"field": "stakes", "operator": "in", "value": ["high"], "op": "in"}],
-        "requirements": [], "suggestion": "s",
+        "requirements": [],
+        "suggestion": "s",
     }
     assert "suggestion" not in make_rule("y").as_dict()
 
@@ -233,32 +287,36 @@ def test_a_condition_may_spell_its_operator_as_listGuardrails_shows_it(tmp_path:
 
 # --- operator semantics ----------------------------------------------------------------------
 
-@pytest.mark.parametrize(("op", "value", "fact", "expected"), [
-    ("==", "high", "high", True),
-    ("==", "high", "low", False),
-    ("==", 1, 1.0, True),
-    ("==", True, True, True),
-    ("==", True, False, False),
-    ("==", True, 1, False),  # bool never equals a number
-    ("==", 1, True, False),
-    ("==", 42, "42", False),  # different kinds are unequal, not an error
-    ("!=", "high", "low", True),
-    ("!=", "high", "high", False),
-    ("!=", True, 1, True),
-    ("<", 0.5, 0.49, True),
-    ("<", 0.5, 0.5, False),
-    ("<=", 0.5, 0.5, True),
-    (">", 3, 3.5, True),
-    (">", 3, 3, False),
-    (">=", 3, 3, True),
-    ("<", "m", "a", True),
-    ("in", ["high", "critical"], "critical", True),
-    ("in", ["high", "critical"], "low", False),
-    ("in", [1, 2], True, False),
-    ("in", [1, 2], 2.0, True),
-    ("not in", ["high", "critical"], "low", True),
-    ("not in", ["high", "critical"], "high", False),
-])
+
+@pytest.mark.parametrize(
+    ("op", "value", "fact", "expected"),
+    [
+        ("==", "high", "high", True),
+        ("==", "high", "low", False),
+        ("==", 1, 1.0, True),
+        ("==", True, True, True),
+        ("==", True, False, False),
+        ("==", True, 1, False),  # bool never equals a number
+        ("==", 1, True, False),
+        ("==", 42, "42", False),  # different kinds are unequal, not an error
+        ("!=", "high", "low", True),
+        ("!=", "high", "high", False),
+        ("!=", True, 1, True),
+        ("<", 0.5, 0.49, True),
+        ("<", 0.5, 0.5, False),
+        ("<=", 0.5, 0.5, True),
+        (">", 3, 3.5, True),
+        (">", 3, 3, False),
+        (">=", 3, 3, True),
+        ("<", "m", "a", True),
+        ("in", ["high", "critical"], "critical", True),
+        ("in", ["high", "critical"], "low", False),
+        ("in", [1, 2], True, False),
+        ("in", [1, 2], 2.0, True),
+        ("not in", ["high", "critical"], "low", True),
+        ("not in", ["high", "critical"], "high", False),
+    ],
+)
 def test_operator_semantics(op: str, value: Any, fact: Any, expected: bool) -> None:
     assert fires(make_rule(conditions=(("f", op, value),)), {"f": fact}) is expected
 
@@ -271,8 +329,10 @@ def test_missing_fact_makes_condition_false(op: str, facts: dict[str, Any]) -> N
 
 
 def test_requirements_clear_the_rule_only_when_all_met() -> None:
-    rule = make_rule(conditions=(("prod", "==", True),),
-                     requirements=(("review", "==", True), ("tests", "==", True)))
+    rule = make_rule(
+        conditions=(("prod", "==", True),),
+        requirements=(("review", "==", True), ("tests", "==", True)),
+    )
     assert fires(rule, {"prod": True}) is True  # missing requirement = unmet
     assert fires(rule, {"prod": True, "review": True}) is True
     assert fires(rule, {"prod": True, "review": True, "tests": True}) is False
@@ -298,12 +358,24 @@ def test_verdict_shape_and_result_order() -> None:
     result = evaluate(rules, {"stakes": "high"}, None)
     assert result.allowed is False and result.errors == 0 and result.failed is False
     assert [(r.guardrail_id, r.fired) for r in result.results] == [
-        ("w", True), ("quiet", False), ("b", True)]
+        ("w", True),
+        ("quiet", False),
+        ("b", True),
+    ]
     (warning,) = result.warnings
     assert (warning.name, warning.message, warning.severity, warning.suggestion) == (
-        "rule w", "warn high", "warn", "do x")
-    assert warning.as_dict() == {"guardrailId": "w", "name": "rule w", "message": "warn high",
-                                 "severity": "warn", "suggestion": "do x"}
+        "rule w",
+        "warn high",
+        "warn",
+        "do x",
+    )
+    assert warning.as_dict() == {
+        "guardrailId": "w",
+        "name": "rule w",
+        "message": "warn high",
+        "severity": "warn",
+        "suggestion": "do x",
+    }
     assert [v.guardrail_id for v in result.violations] == ["b"]
     assert result.version == rules.version
     assert evaluate(rules, {"stakes": "medium"}, None).allowed is True
@@ -311,9 +383,12 @@ def test_verdict_shape_and_result_order() -> None:
 
 # --- failures --------------------------------------------------------------------------------
 
+
 def test_block_rule_fails_closed_on_type_mismatch() -> None:
-    rules = rule_set(make_rule("conf", conditions=(("confidence", "<", 0.5),)),
-                     make_rule("ok", action="warn", conditions=(("x", "==", 1),)))
+    rules = rule_set(
+        make_rule("conf", conditions=(("confidence", "<", 0.5),)),
+        make_rule("ok", action="warn", conditions=(("x", "==", 1),)),
+    )
     result = evaluate(rules, {"confidence": "very"}, None)
     assert result.allowed is False and result.errors == 1 and result.failed is False
     (violation,) = result.violations
@@ -333,8 +408,10 @@ def test_type_error_surfaces_whatever_the_condition_order() -> None:
 
 
 def test_warn_rule_failure_is_reported_as_warning() -> None:
-    rules = rule_set(make_rule("w", action="warn", conditions=(("n", "<", 1),)),
-                     make_rule("fine", conditions=(("n", "==", "x"),)))
+    rules = rule_set(
+        make_rule("w", action="warn", conditions=(("n", "<", 1),)),
+        make_rule("fine", conditions=(("n", "==", "x"),)),
+    )
     result = evaluate(rules, {"n": "text"}, None)
     assert result.allowed is True and result.errors == 1 and result.failed is False
     (warning,) = result.warnings
@@ -342,9 +419,11 @@ def test_warn_rule_failure_is_reported_as_warning() -> None:
 
 
 def test_failed_when_every_applicable_rule_errors() -> None:
-    rules = rule_set(make_rule("a", conditions=(("n", "<", 1),)),
-                     make_rule("b", action="warn", conditions=(("n", ">=", 1),)),
-                     make_rule("elsewhere", scope=("other",)))
+    rules = rule_set(
+        make_rule("a", conditions=(("n", "<", 1),)),
+        make_rule("b", action="warn", conditions=(("n", ">=", 1),)),
+        make_rule("elsewhere", scope=("other",)),
+    )
     result = evaluate(rules, {"n": {"nested": 1}}, None)
     assert result.failed is True and result.errors == 2 and result.evaluated == 2
     assert result.allowed is False
@@ -354,10 +433,12 @@ def test_failed_when_every_applicable_rule_errors() -> None:
 
 # --- message rendering -----------------------------------------------------------------------
 
+
 def test_render_message_substitutes_plainly() -> None:
     facts = {"stakes": "high", "confidence": 0.4, "flag": True, "pr": 42, "list": [1, "a"]}
     assert render_message("{stakes}/{confidence}/{flag}/{pr}/{list}/{nope}", facts) == (
-        'high/0.4/true/42/[1, "a"]/?')
+        'high/0.4/true/42/[1, "a"]/?'
+    )
     assert render_message("{0.__class__} {stakes.__class__} {}", facts) == "? ? {}"
     assert render_message("{a}", {"a": "{stakes} \\1"}) == "{stakes} \\1"  # no re-expansion
     rendered = render_message("{d}", {"d": "x" * 1000})

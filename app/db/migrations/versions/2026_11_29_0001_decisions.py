@@ -54,7 +54,15 @@ def upgrade() -> None:
         sa.Column("affected_kpis", sa.JSON(), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_decisions")),
     )
-    for column in ("category", "stakes", "status", "created_at", "recorded_by", "project", "outcome"):
+    for column in (
+        "category",
+        "stakes",
+        "status",
+        "created_at",
+        "recorded_by",
+        "project",
+        "outcome",
+    ):
         op.create_index(op.f(f"ix_decisions_{column}"), "decisions", [column])
 
     op.create_table(
@@ -66,7 +74,9 @@ def upgrade() -> None:
         sa.Column("text", sa.Text(), nullable=False),
         sa.Column("strength", sa.Float(), nullable=False),
         sa.ForeignKeyConstraint(
-            ["decision_id"], ["decisions.id"], ondelete="CASCADE",
+            ["decision_id"],
+            ["decisions.id"],
+            ondelete="CASCADE",
             name=op.f("fk_decision_reasons_decision_id_decisions"),
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_decision_reasons")),
@@ -79,7 +89,9 @@ def upgrade() -> None:
         sa.Column("tag", sa.String(128), nullable=False),
         sa.Column("position", sa.Integer(), nullable=False),
         sa.ForeignKeyConstraint(
-            ["decision_id"], ["decisions.id"], ondelete="CASCADE",
+            ["decision_id"],
+            ["decisions.id"],
+            ondelete="CASCADE",
             name=op.f("fk_decision_tags_decision_id_decisions"),
         ),
         sa.PrimaryKeyConstraint("decision_id", "tag", name=op.f("pk_decision_tags")),

@@ -55,17 +55,20 @@ def upgrade() -> None:
         sa.Column("message", sa.Text(), nullable=True),
         sa.Column("error", sa.Text(), nullable=True),
         sa.ForeignKeyConstraint(
-            ["evaluation_id"], ["guardrail_evaluations.id"],
+            ["evaluation_id"],
+            ["guardrail_evaluations.id"],
             name=op.f("fk_guardrail_rule_results_evaluation_id_guardrail_evaluations"),
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_guardrail_rule_results")),
     )
     op.create_index(
-        op.f("ix_guardrail_rule_results_evaluation_id"), "guardrail_rule_results",
+        op.f("ix_guardrail_rule_results_evaluation_id"),
+        "guardrail_rule_results",
         ["evaluation_id"],
     )
     op.create_index(
-        op.f("ix_guardrail_rule_results_guardrail_id"), "guardrail_rule_results",
+        op.f("ix_guardrail_rule_results_guardrail_id"),
+        "guardrail_rule_results",
         ["guardrail_id"],
     )
     dialect = op.get_bind().dialect.name

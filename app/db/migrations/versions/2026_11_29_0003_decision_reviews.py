@@ -32,7 +32,8 @@ def upgrade() -> None:
         sa.Column("reviewed_by", sa.String(128), nullable=False),
         sa.Column("reviewed_at", UtcDateTime(), nullable=False),
         sa.ForeignKeyConstraint(
-            ["decision_id"], ["decisions.id"],
+            ["decision_id"],
+            ["decisions.id"],
             name=op.f("fk_decision_reviews_decision_id_decisions"),
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_decision_reviews")),

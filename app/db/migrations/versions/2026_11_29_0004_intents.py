@@ -44,7 +44,8 @@ def upgrade() -> None:
         sa.Column("similar_found", sa.Integer(), nullable=True),
         sa.Column("response", sa.Text(), nullable=True),
         sa.ForeignKeyConstraint(
-            ["evaluation_id"], ["guardrail_evaluations.id"],
+            ["evaluation_id"],
+            ["guardrail_evaluations.id"],
             name=op.f("fk_intents_evaluation_id_guardrail_evaluations"),
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_intents")),
@@ -52,8 +53,12 @@ def upgrade() -> None:
     for column in ("agent", "received_at", "outcome", "evaluation_id"):
         op.create_index(op.f(f"ix_intents_{column}"), "intents", [column])
     op.create_index(
-        "uq_intents_agent_correlation_ok", "intents", ["agent", "correlation_id"], unique=True,
-        sqlite_where=sa.text("outcome = 'ok'"), postgresql_where=sa.text("outcome = 'ok'"),
+        "uq_intents_agent_correlation_ok",
+        "intents",
+        ["agent", "correlation_id"],
+        unique=True,
+        sqlite_where=sa.text("outcome = 'ok'"),
+        postgresql_where=sa.text("outcome = 'ok'"),
     )
     op.create_table(
         "intent_matches",
@@ -64,10 +69,13 @@ def upgrade() -> None:
         sa.Column("distance", sa.Float(), nullable=False),
         sa.Column("outcome", sa.String(16), nullable=True),
         sa.ForeignKeyConstraint(
-            ["intent_id"], ["intents.id"], name=op.f("fk_intent_matches_intent_id_intents"),
+            ["intent_id"],
+            ["intents.id"],
+            name=op.f("fk_intent_matches_intent_id_intents"),
         ),
         sa.ForeignKeyConstraint(
-            ["decision_id"], ["decisions.id"],
+            ["decision_id"],
+            ["decisions.id"],
             name=op.f("fk_intent_matches_decision_id_decisions"),
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_intent_matches")),
@@ -83,7 +91,9 @@ def upgrade() -> None:
         )
         batch.create_foreign_key(
             batch.f("fk_decisions_guardrail_evaluation_id_guardrail_evaluations"),
-            "guardrail_evaluations", ["guardrail_evaluation_id"], ["id"],
+            "guardrail_evaluations",
+            ["guardrail_evaluation_id"],
+            ["id"],
         )
     dialect = op.get_bind().dialect.name
     for table in TABLES:

@@ -30,11 +30,25 @@ depends_on: str | Sequence[str] | None = None
 # a type name other than an OSError's came from rendering the YAML: permanent. The rest was
 # an outage (or unknown) and is retried.
 _OS_ERRORS = {
-    "OSError", "IOError", "EnvironmentError", "BlockingIOError", "ChildProcessError",
-    "ConnectionError", "BrokenPipeError", "ConnectionAbortedError", "ConnectionRefusedError",
-    "ConnectionResetError", "FileExistsError", "FileNotFoundError", "InterruptedError",
-    "IsADirectoryError", "NotADirectoryError", "PermissionError", "ProcessLookupError",
-    "TimeoutError", "MemoryError",
+    "OSError",
+    "IOError",
+    "EnvironmentError",
+    "BlockingIOError",
+    "ChildProcessError",
+    "ConnectionError",
+    "BrokenPipeError",
+    "ConnectionAbortedError",
+    "ConnectionRefusedError",
+    "ConnectionResetError",
+    "FileExistsError",
+    "FileNotFoundError",
+    "InterruptedError",
+    "IsADirectoryError",
+    "NotADirectoryError",
+    "PermissionError",
+    "ProcessLookupError",
+    "TimeoutError",
+    "MemoryError",
 }
 
 
@@ -52,23 +66,31 @@ def permanent(last_error: str | None) -> bool:
 def upgrade() -> None:
     with op.batch_alter_table("outbox_events") as batch:
         batch.add_column(sa.Column("failure_kind", sa.String(16), nullable=True))
-        batch.add_column(sa.Column("unknown_failures", sa.Integer(), nullable=False,
-                                   server_default="0"))
+        batch.add_column(
+            sa.Column("unknown_failures", sa.Integer(), nullable=False, server_default="0")
+        )
     bind = op.get_bind()
-    dead = bind.execute(sa.text(
-        "SELECT id, last_error FROM outbox_events WHERE status = 'dead'")).all()
+    dead = bind.execute(
+        sa.text("SELECT id, last_error FROM outbox_events WHERE status = 'dead'")
+    ).all()
     stay = [row.id for row in dead if permanent(row.last_error)]
     revive = [row.id for row in dead if not permanent(row.last_error)]
     for start in range(0, len(stay), 500):
-        bind.execute(sa.text(
-            "UPDATE outbox_events SET failure_kind = 'permanent' WHERE id IN :ids"
-        ).bindparams(sa.bindparam("ids", expanding=True)), {"ids": stay[start:start + 500]})
+        bind.execute(
+            sa.text(
+                "UPDATE outbox_events SET failure_kind = 'permanent' WHERE id IN :ids"
+            ).bindparams(sa.bindparam("ids", expanding=True)),
+            {"ids": stay[start : start + 500]},
+        )
     for start in range(0, len(revive), 500):
         # Due at once: created_at is in the past, and stored in the column's own format.
-        bind.execute(sa.text(
-            "UPDATE outbox_events SET status = 'pending', attempts = 0, unknown_failures = 0,"
-            " available_at = created_at WHERE id IN :ids"
-        ).bindparams(sa.bindparam("ids", expanding=True)), {"ids": revive[start:start + 500]})
+        bind.execute(
+            sa.text(
+                "UPDATE outbox_events SET status = 'pending', attempts = 0, unknown_failures = 0,"
+                " available_at = created_at WHERE id IN :ids"
+            ).bindparams(sa.bindparam("ids", expanding=True)),
+            {"ids": revive[start : start + 500]},
+        )
 
 
 def downgrade() -> None:
