@@ -4,6 +4,10 @@
     python3 dev.py serve [cstp serve options]   # start the server on the embedded default
     python3 dev.py test [pytest options]        # run the whole test suite
 
+and the house rules' checks, which CI runs before the tests:
+
+    python3 dev.py check                        # ruff check, ruff format --check, mypy
+
 On first use (and whenever pyproject.toml changes) it creates ./.venv and installs the project
 (editable) with its test extras.
 """
@@ -28,7 +32,7 @@ def _fingerprint() -> str:
 
 
 def ensure_venv() -> None:
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 - dev.py runs on any python3 to say this
         sys.exit("Python 3.11 or newer is needed")
     if STAMP.exists() and STAMP.read_text() == _fingerprint():
         return
@@ -41,12 +45,37 @@ def ensure_venv() -> None:
     STAMP.write_text(_fingerprint())
 
 
+def check() -> int:
+    """Lint, format and types, each reported; non-zero when any of them fails."""
+    sources = ["app", "tests", "bench", "dev.py"]
+    steps = [
+        ("lint", [str(BIN / "ruff"), "check", *sources]),
+        ("format", [str(BIN / "ruff"), "format", "--check", *sources]),
+        ("types", [str(BIN / "mypy")]),  # strict, on app/ (pyproject.toml)
+    ]
+    failed = []
+    for name, argv in steps:
+        print(
+            f"== {name}: {' '.join(Path(a).name if a.startswith(str(BIN)) else a for a in argv)}",
+            file=sys.stderr,
+            flush=True,
+        )
+        if subprocess.call(argv, cwd=ROOT) != 0:
+            failed.append(name)
+    if failed:
+        print(f"check failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main() -> int:
-    if len(sys.argv) < 2 or sys.argv[1] not in {"serve", "test", "cstp"}:
+    if len(sys.argv) < 2 or sys.argv[1] not in {"serve", "test", "cstp", "check"}:
         print(__doc__, file=sys.stderr)
         return 2
     ensure_venv()
     command, args = sys.argv[1], sys.argv[2:]
+    if command == "check":
+        return check()
     if command == "serve":
         argv = [str(BIN / "cstp"), "serve", *args]
     elif command == "cstp":

@@ -1,7 +1,8 @@
-"""The layers hold: nothing below the faces imports a face. The faces (JSON-RPC in app/rpc,
-MCP in app/mcp, the HTTP system routes, the command line, the app factory) sit on top of
-the operations and the domain contexts; a context that imported a face would drag that face
-into every other one."""
+"""The layers hold: nothing below the faces imports a face, and no module imports itself round
+a cycle. The faces (JSON-RPC in app/rpc, MCP in app/mcp, the HTTP system routes, the command
+line, the app factory) sit on top of the operations and the domain contexts; a context that
+imported a face would drag that face into every other one. A cycle, even one dodged with an
+import inside a function, means two modules that cannot be understood (or loaded) apart."""
 
 from __future__ import annotations
 
@@ -17,13 +18,29 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imported(path: Path) -> set[str]:
-    """Every module ``path`` imports, anywhere in it (functions included), absolute."""
-    package = (
-        module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
-    )
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """The ids of the nodes inside ``if TYPE_CHECKING:`` blocks (imports for annotations)."""
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for inner in node.body:
+                skipped.update(id(n) for n in ast.walk(inner))
+    return skipped
+
+
+def imported(path: Path, *, runtime_only: bool = False, package: str | None = None) -> set[str]:
+    """Every module ``path`` imports, anywhere in it (functions included), absolute; with
+    ``runtime_only``, not those imported only for type checking. ``package`` is the one
+    relative imports start from (by default, found from the path under app/)."""
+    if package is None:
+        name = module_name(path)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    skipped = _type_checking_only(tree) if runtime_only else set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -56,3 +73,78 @@ def test_the_checker_sees_relative_and_function_level_imports(tmp_path: Path) ->
     assert "app.operations.context" in names  # absolute, at the top
     assert "app.decisions.document" in names  # relative: from . import document
     assert is_face("app.rpc.errors") and is_face("app.mcp") and not is_face("app.rpcx")
+
+
+def import_graph() -> dict[str, set[str]]:
+    """app's modules -> the app modules each imports at run time (a name imported from a
+    package counts as that package's module when it is one)."""
+    modules = {module_name(p): p for p in APP.rglob("*.py")}
+    return {
+        name: {m for m in imported(path, runtime_only=True) if m in modules and m != name}
+        for name, path in modules.items()
+    }
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm,
+    iterative), each sorted: every import cycle is inside one of them."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, successors = work[-1]
+            for nxt in successors:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+def test_no_import_cycles_between_modules() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle_and_ignores_type_checking_imports(
+    tmp_path: Path,
+) -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from app.rpc import errors\n"
+        "def f():\n    from app.db import models\n"
+    )
+    assert "app.db.models" in imported(sample, runtime_only=True, package="app.x")
+    assert "app.rpc.errors" not in imported(sample, runtime_only=True, package="app.x")
+    assert "app.rpc.errors" in imported(sample, package="app.x")
