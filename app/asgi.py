@@ -12,16 +12,16 @@ from litestar import Litestar
 from .auth import LOCAL_AGENT, TokenTable, ensure_local_token, load_tokens
 from .config import ConfigError, Settings
 from .mcp.http import build_mcp_mount
+from .operations.registry import Registry
 from .operations.runner import Runner
 from .rpc import discover
 from .rpc.dispatcher import Dispatcher
-from .operations.registry import Registry
 from .rpc.route import build_rpc_route
 from .runtime import Runtime
 from .search.embedder import Embedder
 from .services import build_services
-from .table import build_registry as build_operations
 from .system.routes import agent_card, health, ready
+from .table import build_registry as build_operations
 
 log = logging.getLogger("cstp")
 

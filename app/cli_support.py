@@ -85,6 +85,8 @@ def describe(exc: BaseException) -> str | None:
         DisconnectionError,
         InterfaceError,
         OperationalError,
+    )
+    from sqlalchemy.exc import (
         TimeoutError as PoolTimeout,
     )
 
@@ -143,7 +145,7 @@ class _Stderr(logging.Handler):
         try:
             sys.stderr.write(self.format(record) + "\n")
             sys.stderr.flush()
-        except Exception:  # noqa: BLE001 - logging must never fail the command
+        except Exception:  # logging must never fail the command
             self.handleError(record)
 
 

@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         if pg_name and args.database_url:
             try:
                 asyncio.run(drop_database(args.database_url, pg_name))
-            except Exception as exc:  # noqa: BLE001 - tell the operator, do not hide it
+            except Exception as exc:  # tell the operator, do not hide it
                 print(f"[postgres] could not drop {pg_name}: {exc}", file=sys.stderr)
 
 

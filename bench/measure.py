@@ -112,7 +112,7 @@ async def measure_method(
         warm = run.warmup
         try:
             await asyncio.wait_for(_drive(clients, method, warmup, warm), cap_s / 4)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             run.warmup_errors["phase-timeout"] = len(warmup) - len(warm)
         for _, o in warm:
             if not o.ok:
@@ -120,7 +120,7 @@ async def measure_method(
         start = time.perf_counter()
         try:
             await asyncio.wait_for(_drive(clients, method, params, run.outcomes), cap_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             run.timed_out = True
         run.elapsed_s = time.perf_counter() - start
     finally:

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -286,7 +286,7 @@ async def seed(run: Run, gen: Generator, count: int, size: int) -> SeedStats:
                 ),
                 limit,
             )
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise BenchError(f"seeding took longer than its cap of {limit:.0f} s") from None
         stats.record_seconds = time.monotonic() - start
         if stats.recorded < count * 0.5:
@@ -319,7 +319,7 @@ async def seed(run: Run, gen: Generator, count: int, size: int) -> SeedStats:
                 ),
                 limit,
             )
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise BenchError(f"reviewing took longer than its cap of {limit:.0f} s") from None
         stats.review_seconds = time.monotonic() - start
     finally:
@@ -338,7 +338,7 @@ async def settle(run: Run, limit: float) -> tuple[float, dict[str, Any]]:
             try:
                 response = await client.get("/ready")
                 last = response.json().get("checks", {}).get("outbox") or {}
-            except Exception as exc:  # noqa: BLE001 - keep polling; report what we saw
+            except Exception as exc:  # keep polling; report what we saw
                 last = {"error": type(exc).__name__}
             if isinstance(last, dict) and last.get("pending") == 0:
                 return time.monotonic() - start, last
@@ -772,7 +772,7 @@ def main(argv: list[str] | None = None) -> int:
     # SIGINT is set explicitly because a shell starts background jobs with it ignored.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = Path(args.out) if args.out else REPO_ROOT / "bench" / "results" / f"{stamp}.json"
     tmp = Path(tempfile.mkdtemp(prefix="cstp-bench-"))
     token = secrets.token_urlsafe(24)
@@ -800,7 +800,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     run = Run(args, token, server, database, out, tmp=tmp)
     run.report = {
-        "startedAt": datetime.now(timezone.utc).isoformat(),
+        "startedAt": datetime.now(UTC).isoformat(),
         "command": [
             sys.executable,
             "-m",
@@ -843,11 +843,11 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 asyncio.run(drop_database(args.database_url, pg_name))
                 log(f"[postgres] dropped database {pg_name}")
-            except Exception as exc:  # noqa: BLE001 - tell the operator, do not hide it
+            except Exception as exc:  # tell the operator, do not hide it
                 log(f"[postgres] could not drop {pg_name}: {exc}")
         run.report["targets"] = evaluate_targets(run.report["sizes"])
         run.report["growth"] = evaluate_growth(run.report["sizes"])
-        run.report["finishedAt"] = datetime.now(timezone.utc).isoformat()
+        run.report["finishedAt"] = datetime.now(UTC).isoformat()
         run.save()
         if server.log_path.exists():
             shutil.copyfile(server.log_path, out.with_suffix(".server.log"))

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import sys
-import shutil
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator

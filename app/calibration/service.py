@@ -15,14 +15,25 @@ from sqlalchemy import ColumnElement, Float, Select, case, func, literal, null, 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.decisions import Decision
-from app.operations.context import CallContext
 from app.errors import invalid_params
+from app.operations.context import CallContext
 from app.operations.params import parse_timestamp
 from app.runtime import iso
 
-from .schemas import BUCKETS, DEFAULT_MIN_DECISIONS, STAKES_ORDER, TOLERANCE
-from .schemas import CalibrationFilters, GetCalibrationParams, Sums, bucket_label, bucket_wire
-from .schemas import figures, interpret, percent
+from .schemas import (
+    BUCKETS,
+    DEFAULT_MIN_DECISIONS,
+    STAKES_ORDER,
+    TOLERANCE,
+    CalibrationFilters,
+    GetCalibrationParams,
+    Sums,
+    bucket_label,
+    bucket_wire,
+    figures,
+    interpret,
+    percent,
+)
 
 # Outcome -> score; an outcome missing here (``abandoned``) is reviewed but never scored.
 SCORES = {"success": 1.0, "partial": 0.5, "failure": 0.0}

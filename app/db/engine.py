@@ -202,11 +202,10 @@ class Database:
             assert isinstance(session, SerializedWriteSession)
             session.write_lock = self._write_lock
             try:
-                async with session:
-                    async with session.begin():
-                        yield session
-                        if session.new or session.dirty or session.deleted:
-                            await session.take_write_lock()  # the commit will flush them
+                async with session, session.begin():
+                    yield session
+                    if session.new or session.dirty or session.deleted:
+                        await session.take_write_lock()  # the commit will flush them
             finally:
                 session.release_write_lock()
         else:
@@ -229,16 +228,14 @@ class Database:
                 return work(conn)
         if session is not None and not self.is_sqlite:
             return await session.run_sync(lambda sync_session: work(sync_session.connection()))
-        async with self.read_engine.connect() as conn:
-            async with conn.begin():
-                return await conn.run_sync(work)
+        async with self.read_engine.connect() as conn, conn.begin():
+            return await conn.run_sync(work)
 
     @asynccontextmanager
     async def _session(self, *, write: bool) -> AsyncIterator[AsyncSession]:
         factory = self._write_sessions if write else self._read_sessions
-        async with factory() as session:
-            async with session.begin():
-                yield session
+        async with factory() as session, session.begin():
+            yield session
 
     async def ping(self) -> None:
         async with self.read_engine.connect() as conn:

@@ -49,7 +49,7 @@ def _run(conn: sqlite3.Connection, operation: str, parameters: Any, many: bool) 
 
 
 class OneHopCursor(AsyncAdapt_aiosqlite_cursor):
-    __slots__ = ("_description", "_rowcount", "_lastrowid", "_arraysize")
+    __slots__ = ("_arraysize", "_description", "_lastrowid", "_rowcount")
 
     def __init__(self, adapt_connection: AsyncAdapt_aiosqlite_connection) -> None:
         # No cursor on the worker thread until a statement runs (the stock one makes it here).

@@ -17,7 +17,6 @@ from app.db.decisions import Decision
 
 from .document import export_fields, relative_path
 
-
 # libyaml's emitter when PyYAML was built with it (its wheels are): ~6x faster, and it gave
 # byte-identical output to the pure-Python one on every document we compared.
 _SafeDumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)

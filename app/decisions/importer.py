@@ -76,7 +76,7 @@ async def import_tree(
             reason = str(exc)
         except OSError as exc:
             reason = exc.strerror or "unreadable"
-        except Exception as exc:  # noqa: BLE001 - one odd file must not stop the import
+        except Exception as exc:  # one odd file must not stop the import
             log.warning("import of %s failed", path, exc_info=True)
             reason = f"cannot be imported ({type(exc).__name__})"
         report.failed.append((str(path.relative_to(root)), reason))

@@ -15,15 +15,19 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 
 from app.db.decisions import Decision, DecisionReason, DecisionTag
+from app.errors import GUARDRAIL_EVAL_FAILED, CstpError, decision_not_found, invalid_params
 from app.guardrails.service import Request, Staged, evaluate_request
 from app.operations.context import CallContext
-from app.errors import GUARDRAIL_EVAL_FAILED, CstpError, decision_not_found, invalid_params
 from app.operations.params import parse_timestamp
 from app.runtime import iso
 
 from . import document
-from .schemas import GetDecisionParams, ListDecisionsParams, RecordDecisionParams
-from .schemas import RecordDecisionResult
+from .schemas import (
+    GetDecisionParams,
+    ListDecisionsParams,
+    RecordDecisionParams,
+    RecordDecisionResult,
+)
 
 REVIEW_UNITS = {"d": 1, "w": 7, "m": 30}
 

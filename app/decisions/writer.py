@@ -37,9 +37,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.decisions import Decision
 from app.db.engine import Database
 from app.db.outbox import OutboxEvent
+from app.errors import STORAGE_ERROR, CstpError
 from app.guardrails.service import Staged, store
 from app.outbox.relay import Relay
-from app.errors import STORAGE_ERROR, CstpError
 from app.runtime import Runtime
 
 log = logging.getLogger("cstp.decisions")
@@ -105,7 +105,7 @@ class RecordWriter:
                     if not unit.future.done():
                         unit.future.set_result((decision, False))
                 raise
-            except Exception as exc:  # noqa: BLE001 - every call learns its outcome below
+            except Exception as exc:  # every call learns its outcome below
                 committed = await self._after_failed_group(group, built, exc)
             held.extend(committed)
             if held and (not self._queue or len(held) >= MAX_GROUP):
@@ -130,7 +130,7 @@ class RecordWriter:
                         type(exc).__name__,
                     )
                     return built
-            except Exception as check:  # noqa: BLE001 - unknown: never risk a second copy
+            except Exception as check:  # unknown: never risk a second copy
                 log.warning(
                     "could not tell whether a failed group of %d decisions was committed",
                     len(group),
@@ -144,7 +144,7 @@ class RecordWriter:
         for unit in group:
             try:
                 committed.append(await self._commit_alone(unit))
-            except Exception as failure:  # noqa: BLE001 - it is that call's outcome
+            except Exception as failure:  # it is that call's outcome
                 _fail(unit, failure)
         return committed
 

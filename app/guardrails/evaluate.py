@@ -92,7 +92,7 @@ def evaluate(rule_set: RuleSet, facts: Mapping[str, Any], scope: str | None) -> 
         bucket = violations if rule.action == "block" else warnings
         try:
             fired = rule_fires(rule, facts)
-        except Exception as exc:  # noqa: BLE001 - any failure must fail closed, not crash
+        except Exception as exc:  # any failure must fail closed, not crash
             errors += 1
             detail = str(exc) or type(exc).__name__
             checks.append(RuleCheck(rule.id, rule.action, fired=False, error=detail))

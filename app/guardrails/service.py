@@ -14,8 +14,8 @@ from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.guardrails import GuardrailEvaluation, GuardrailRuleResult
-from app.operations.context import CallContext
 from app.errors import GUARDRAIL_EVAL_FAILED, CstpError, invalid_params
+from app.operations.context import CallContext
 from app.runtime import iso
 
 from .evaluate import Evaluation, evaluate

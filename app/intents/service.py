@@ -17,9 +17,9 @@ from sqlalchemy import Connection, Row, bindparam, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from app.db.intents import Intent, IntentMatch
+from app.errors import CONFLICT, CstpError
 from app.guardrails.service import Request, check
 from app.operations.context import CallContext
-from app.errors import CONFLICT, CstpError
 from app.runtime import iso
 from app.search.filters import SearchFilters
 from app.search.service import Found, search

@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from app.config import RateLimit
-
 from app.errors import rate_limited, unavailable
 
 log = logging.getLogger("cstp.ratelimit")

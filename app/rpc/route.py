@@ -5,7 +5,6 @@ from __future__ import annotations
 from litestar import Request, Response, post
 from litestar.exceptions import ClientException
 
-
 from .dispatcher import Dispatcher
 
 JSON = "application/json"

@@ -102,7 +102,7 @@ class WriteBatcher:
             entries = [entry for group in groups for entry in group.entries]
             try:
                 written = await self._write(entries)
-            except BaseException as exc:  # noqa: BLE001 - every waiter must learn the outcome
+            except BaseException as exc:  # every waiter must learn the outcome
                 for group in groups:
                     if not group.future.done():
                         group.future.set_exception(
@@ -155,7 +155,7 @@ class WriteBatcher:
                         self._prepared[text] = list(vector)
                     while len(self._prepared) > PREPARED_LIMIT:
                         self._prepared.popitem(last=False)
-            except Exception:  # noqa: BLE001 - upsert will embed (and report) by itself
+            except Exception:  # upsert will embed (and report) by itself
                 logger.debug("prepare failed", exc_info=True)
             finally:
                 # Whatever happened (cancelled too), the callers go on; their records wait

@@ -104,7 +104,7 @@ def http_connector(
         def build() -> None:
             try:
                 client = chromadb.HttpClient(host=host, port=port, ssl=ssl, settings=_settings())
-            except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
+            except BaseException as exc:  # handed to the waiting caller
                 outcome.append(exc)
                 return
             with guard:
@@ -226,7 +226,7 @@ class ChromaCollection:
                 old, self._client = self._client, None
                 try:
                     old.close()  # releases Chroma's registry entry; in-flight calls are unaffected
-                except Exception:  # noqa: BLE001 - best effort on an already broken client
+                except Exception:  # best effort on an already broken client
                     pass
 
     def run(self, op: Callable[[Collection], T]) -> T:
@@ -260,7 +260,7 @@ class ChromaCollection:
         if client is not None:
             try:
                 client.close()
-            except Exception:  # noqa: BLE001 - closing is best effort
+            except Exception:  # closing is best effort
                 logger.debug("closing the Chroma client failed", exc_info=True)
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 TAGS_KEY = "tags"
@@ -80,7 +80,7 @@ def tag_metadata(tags: Sequence[str] | None) -> dict[str, Any]:
 def _timestamp(value: datetime) -> float:
     """Epoch seconds of ``value``; a naive datetime is taken as UTC (what we store)."""
     if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
+        value = value.replace(tzinfo=UTC)
     return value.timestamp()
 
 

@@ -86,7 +86,7 @@ async def reindex(services: Services, progress: Progress | None = None) -> int:
         if not promoted:  # a partial copy, useless: best effort, the next run drops it too
             try:
                 await services.index.drop_collections([target.name])
-            except Exception:  # noqa: BLE001 - the failure that matters is being raised
+            except Exception:  # the failure that matters is being raised
                 log.warning("could not drop the partial collection %s", target.name)
         raise
     finally:

@@ -16,8 +16,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app.decisions import document
-from app.operations.context import CallContext
 from app.errors import query_failed
+from app.operations.context import CallContext
 from app.operations.params import parse_timestamp
 
 from .filters import SearchFilters, matches, to_where

@@ -27,10 +27,10 @@ import pytest
 import yaml
 from alembic.script import ScriptDirectory
 from click.testing import CliRunner, Result
-from conftest import PG_URL, USE_PG, _pg_admin_dsn, _with_db, run_sql
 
 from app.cli import main
 from app.db import migrate
+from conftest import PG_URL, USE_PG, _pg_admin_dsn, _with_db, run_sql
 
 CSTP = Path(sys.executable).with_name("cstp")
 T = TypeVar("T")

@@ -20,7 +20,6 @@ from typing import Any
 import asyncpg
 import pytest
 import yaml
-from conftest import AppClient, ChromaServer, Rpc, serve_app
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
@@ -33,6 +32,7 @@ from app.runtime import Runtime
 from app.search.embedder import Embedder
 from app.search.index import IndexUnavailable
 from app.services import build_services
+from conftest import AppClient, ChromaServer, Rpc, serve_app
 
 ID_RE = re.compile(r"^[0-9a-f]{8}$")
 ISO_UTC_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|\+00:00)$")

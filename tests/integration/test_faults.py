@@ -25,7 +25,6 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from conftest import USE_PG, ChromaServer, Rpc, run_sql, serve_app, wait_until_up
 from sqlalchemy import func, select, update
 
 from app.asgi import create_app
@@ -37,6 +36,7 @@ from app.runtime import Runtime
 from app.search.embedder import Embedder
 from app.search.index import IndexUnavailable, VectorIndex
 from app.services import Services, build_services
+from conftest import USE_PG, ChromaServer, Rpc, run_sql, serve_app, wait_until_up
 
 pytestmark = pytest.mark.slow
 

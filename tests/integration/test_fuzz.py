@@ -27,13 +27,14 @@ from typing import Any, TypeVar
 import httpx
 import msgspec
 import pytest
-from conftest import AppClient, serve_app
-from hypothesis import HealthCheck, given, strategies as st
+from hypothesis import HealthCheck, given
 from hypothesis import settings as hyp_settings
+from hypothesis import strategies as st
 
 from app.asgi import build_registry, create_app
 from app.config import Settings
 from app.search.embedder import Embedder
+from conftest import AppClient, serve_app
 
 T = TypeVar("T")
 

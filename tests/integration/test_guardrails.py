@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import Rpc, run_sql, serve_app
 from sqlalchemy import bindparam, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -24,6 +23,7 @@ from app.asgi import create_app
 from app.config import Settings
 from app.db.base import UtcDateTime
 from app.runtime import Runtime, iso
+from conftest import Rpc, run_sql, serve_app
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "GUARDRAILS.md"

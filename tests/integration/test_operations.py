@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner
-from conftest import run_sql, serve_app
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -22,6 +21,7 @@ from app.config import Settings
 from app.db import migrate
 from app.search.reindex import reindex
 from app.services import build_services
+from conftest import run_sql, serve_app
 
 ROOT = Path(__file__).resolve().parents[2]
 WHEN = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)

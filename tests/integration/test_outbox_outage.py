@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import ChromaServer, Rpc, serve_app
 from sqlalchemy import select, update
 
 from app.asgi import create_app
@@ -30,6 +29,7 @@ from app.outbox.admin import describe
 from app.runtime import Runtime
 from app.search.embedder import Embedder
 from app.search.index import IndexUnavailable
+from conftest import ChromaServer, Rpc, serve_app
 
 CAP = timedelta(seconds=30)  # the documented cap of the outbox's backoff
 # Distinct in meaning, so that a search for one finds that one first.

@@ -10,11 +10,11 @@ never meet another test's, and removes those keys afterwards.
 from __future__ import annotations
 
 import asyncio
-import shutil
-import time
 import os
+import shutil
 import signal
 import subprocess
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import redis
 import pytest
+import redis
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import SEED_DECISION, Rpc, run_sql, serve_app
 from sqlalchemy.exc import DBAPIError
 
 from app.asgi import create_app
 from app.config import Settings
 from app.runtime import Runtime, iso
+from conftest import SEED_DECISION, Rpc, run_sql, serve_app
 
 T0 = datetime(2026, 5, 4, 10, 30, 0, tzinfo=UTC)
 

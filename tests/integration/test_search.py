@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TOKENS, Rpc, copy_database, serve_app
 from sqlalchemy import text as sql
 
 from app.asgi import create_app
 from app.config import Settings, parse_rate_limits
 from app.runtime import Runtime, iso
+from conftest import TOKENS, Rpc, copy_database, serve_app
 
 QUERY = "a decision about our software systems"
 START = datetime(2026, 3, 1, 9, 0, 0, tzinfo=UTC)

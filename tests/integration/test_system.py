@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import serve_app
 
 from app.asgi import create_app
 from app.config import ConfigError, Settings
 from app.db import migrate
+from conftest import serve_app
 
 BODY = {"jsonrpc": "2.0", "method": "cstp.listDecisions", "id": 1}
 

@@ -157,7 +157,7 @@ def test_anything_else_is_unknown_and_its_message_is_kept_short() -> None:
 
 
 def test_fixed_failures() -> None:
-    assert ROW_GONE == Failure(PERMANENT, "decision not found")
+    assert Failure(PERMANENT, "decision not found") == ROW_GONE
     assert unknown_kind("mail") == Failure(PERMANENT, "unknown event kind 'mail'")
     assert NOT_RUN.kind == UNKNOWN
 
@@ -174,7 +174,7 @@ def test_a_decision_nested_400_levels_cannot_be_rendered_and_that_is_permanent()
 
 
 def test_backoff_doubles_from_one_second_and_is_capped_at_30_seconds() -> None:
-    assert MAX_BACKOFF == timedelta(seconds=30)
+    assert timedelta(seconds=30) == MAX_BACKOFF
     waits = [backoff(n).total_seconds() for n in range(1, 9)]
     assert waits == [1, 2, 4, 8, 16, 30, 30, 30]
     assert backoff(0) == timedelta(seconds=1)

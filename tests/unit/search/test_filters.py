@@ -7,7 +7,7 @@ import itertools
 import random
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -16,7 +16,7 @@ from app.search.embedder import load_default_embedder
 from app.search.filters import SearchFilters, matches, tag_metadata, to_where
 from app.search.index import IndexEntry, VectorIndex, clean_metadata
 
-START = datetime(2025, 1, 1, tzinfo=timezone.utc)
+START = datetime(2025, 1, 1, tzinfo=UTC)
 CATEGORIES = ["architecture", "process", "integration", "tooling", "security"]
 STAKES = ["low", "medium", "high", "critical"]
 TAGS = ["db", "perf", "security", "api", "infra"]
@@ -59,8 +59,8 @@ def build_metadata() -> dict[str, dict[str, Any]]:
 METADATA = build_metadata()
 CREATED = sorted(md["created_at"] for md in METADATA.values())
 # a boundary exactly on a stored timestamp checks inclusive/exclusive ends
-AFTER = datetime.fromtimestamp(CREATED[20], timezone.utc)
-BEFORE = datetime.fromtimestamp(CREATED[40], timezone.utc)
+AFTER = datetime.fromtimestamp(CREATED[20], UTC)
+BEFORE = datetime.fromtimestamp(CREATED[40], UTC)
 
 CANDIDATES: list[tuple[str, Any]] = [
     ("category", "architecture"),
