@@ -92,8 +92,8 @@ def describe(exc: BaseException) -> str | None:
 
     from .config import ConfigError
     from .guardrails.rules import RuleFileError
-    from .search.chroma import IndexUnavailable
     from .search.embedder import EmbedderError
+    from .search.types import IndexUnavailable
 
     if isinstance(exc, Unavailable | ConfigError | RuleFileError | EmbedderError):
         return one_line(str(exc))

@@ -19,7 +19,7 @@ from sqlalchemy.orm import selectinload
 from app.db.decisions import Decision, DecisionReason, DecisionTag
 from app.runtime import iso
 from app.search.filters import tag_metadata
-from app.search.index import IndexEntry
+from app.search.types import IndexEntry
 
 SUMMARY_LENGTH = 120
 

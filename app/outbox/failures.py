@@ -29,7 +29,7 @@ from typing import Literal
 
 from sqlalchemy import exc as sa_exc
 
-from app.search.index import IndexUnavailable
+from app.search.types import IndexUnavailable
 
 Kind = Literal["transient", "permanent", "unknown"]
 TRANSIENT: Kind = "transient"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from app.db.decisions import Decision
 from app.decisions.document import index_entry, load_decisions
 from app.decisions.export import render, target_path, write_atomic
-from app.search.index import IndexEntry
+from app.search.types import IndexEntry
 
 from .failures import ROW_GONE, TRANSIENT, UNKNOWN, Failure, classify, unknown_kind
 

@@ -15,13 +15,9 @@ import threading
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from app.search.chroma import unavailable
 from app.search.embedder import Embedder
-
-if TYPE_CHECKING:
-    from app.search.index import IndexEntry, IndexStats
+from app.search.types import IndexEntry, IndexStats, unavailable
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import chromadb
@@ -28,9 +28,7 @@ from chromadb.config import Settings
 from chromadb.errors import NotFoundError
 
 from app.search.embedder import Embedder
-
-if TYPE_CHECKING:
-    from app.search.index import IndexStats
+from app.search.types import IndexStats, IndexUnavailable, unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -42,19 +40,6 @@ REQUEST_TIMEOUT_S = 5.0
 # ~25 ms with 900 waiting, at the default of 1000), while a persist of 10,000 vectors costs
 # ~15 ms once. At 100 a single upsert stays at ~6 ms.
 SYNC_THRESHOLD = 100
-
-
-class IndexUnavailable(Exception):
-    """Chroma cannot be reached or used; the cause is chained, the message stays generic."""
-
-
-def unavailable(exc: BaseException) -> IndexUnavailable:
-    """A fresh generic error per waiter, chained to the root cause (not to another wrapper)."""
-    if isinstance(exc, IndexUnavailable) and exc.__cause__ is not None:
-        exc = exc.__cause__
-    err = IndexUnavailable("vector index unavailable")
-    err.__cause__ = exc
-    return err
 
 
 def _settings() -> Settings:

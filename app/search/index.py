@@ -13,7 +13,8 @@
 
 This module is the facade; connection management (lazy connect, reconnect, timeouts, the
 metadata-replacing upsert) lives in ``app.search.chroma``, the write batching (group commit,
-prepared vectors) in ``app.search.batching``.
+prepared vectors) in ``app.search.batching``; what all three share (the entry, the hit, the
+counters, ``IndexUnavailable``) in ``app.search.types``, which this module re-exports.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import asyncio
 import functools
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,50 +34,16 @@ from app.search.chroma import (
     CONNECT_TIMEOUT_S,
     REQUEST_TIMEOUT_S,
     ChromaCollection,
-    IndexUnavailable,
     embedded_connector,
     http_connector,
     replace,
-    unavailable,
 )
 from app.search.embedder import Embedder
+from app.search.types import Hit, IndexEntry, IndexStats, IndexUnavailable, unavailable
 
 __all__ = ["Hit", "IndexEntry", "IndexStats", "IndexUnavailable", "VectorIndex", "clean_metadata"]
 
 T = TypeVar("T")
-MetadataValue = str | int | float | bool | list[str]
-
-
-@dataclass(frozen=True)
-class IndexEntry:
-    """One document to index: ``document`` is the text that is embedded (Chroma stores only
-    the vector and the metadata); ``metadata`` values that are None or empty lists mean
-    "absent"."""
-
-    id: str
-    document: str
-    metadata: Mapping[str, MetadataValue | None]
-
-
-@dataclass(frozen=True)
-class Hit:
-    """A search result; ``distance`` is Chroma's cosine distance (0 = same meaning)."""
-
-    id: str
-    distance: float
-    metadata: dict[str, Any]
-
-
-@dataclass
-class IndexStats:
-    """Counters for tests and metrics (``connects`` changes under the lock, the rest on the loop)."""
-
-    upsert_calls: int = 0
-    flushes: int = 0
-    entries_written: int = 0
-    queries: int = 0
-    failures: int = 0
-    connects: int = 0
 
 
 def clean_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:

@@ -21,8 +21,8 @@ from app.operations.context import CallContext
 from app.operations.params import parse_timestamp
 
 from .filters import SearchFilters, matches, to_where
-from .index import Hit, IndexUnavailable
 from .schemas import QueryDecisionsParams, QueryFiltersIn
+from .types import Hit, IndexUnavailable
 
 OVERFETCH = 10  # extra hits asked of the index, in case some are stale and dropped
 PROBE = 4  # a filtered search first looks this many times further, unfiltered

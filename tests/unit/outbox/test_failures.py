@@ -34,8 +34,8 @@ from app.outbox.failures import (
 from app.outbox.handlers import Work
 from app.outbox.relay import KINDS, Relay
 from app.runtime import Runtime
-from app.search.chroma import unavailable
 from app.search.index import IndexUnavailable
+from app.search.types import unavailable
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 MIGRATION = (
