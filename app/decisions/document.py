@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 
 from app.db.decisions import Decision, DecisionReason, DecisionTag
+from app.errors import decision_not_found
 from app.runtime import iso
 from app.search.filters import tag_metadata
 from app.search.types import IndexEntry
@@ -125,6 +126,14 @@ async def load_decisions(session: AsyncSession, ids: Sequence[str]) -> dict[str,
         .options(selectinload(Decision.tags), selectinload(Decision.reasons))
     )
     return {row.id: row for row in rows}
+
+
+async def load_one(session: AsyncSession, decision_id: str) -> Decision:
+    """One row as ``load_decisions`` loads it; -32007 (decision not found) when there is none."""
+    found = await load_decisions(session, [decision_id])
+    if decision_id not in found:
+        raise decision_not_found(decision_id)
+    return found[decision_id]
 
 
 def tags_of(decision: Decision | Brief) -> list[str]:

@@ -17,11 +17,10 @@ from app.runtime import iso
 
 from . import document
 from .schemas import ReviewDecisionParams
-from .service import load_one
 
 
 async def review(ctx: CallContext, p: ReviewDecisionParams) -> dict[str, Any]:
-    decision = await load_one(ctx.session, p.id)
+    decision = await document.load_one(ctx.session, p.id)
     now = ctx.services.runtime.now()
     ctx.session.add(
         DecisionReview(

@@ -11,17 +11,18 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Select, case, func, or_, select
-from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 
 from app.db.decisions import Decision, DecisionReason, DecisionTag
-from app.errors import GUARDRAIL_EVAL_FAILED, CstpError, decision_not_found, invalid_params
+from app.errors import GUARDRAIL_EVAL_FAILED, CstpError, invalid_params
 from app.guardrails.service import Request, Staged, evaluate_request
+from app.intents.service import intent_for_decision
 from app.operations.context import CallContext
 from app.operations.params import parse_timestamp
 from app.runtime import iso
 
 from . import document
+from .reviews import review_history
 from .schemas import (
     GetDecisionParams,
     ListDecisionsParams,
@@ -47,8 +48,6 @@ async def _link_intent(ctx: CallContext, p: RecordDecisionParams) -> dict[str, A
     """The announced intent's link and pre-decision facts, as taken from what was recorded."""
     if p.correlation_id is None:
         return {}
-    from app.intents.service import intent_for_decision
-
     intent = await intent_for_decision(ctx, p.correlation_id)
     if intent is None:
         raise invalid_params(
@@ -134,17 +133,8 @@ async def record(ctx: CallContext, p: RecordDecisionParams) -> RecordDecisionRes
     )
 
 
-async def load_one(session: AsyncSession, decision_id: str) -> Decision:
-    found = await document.load_decisions(session, [decision_id])
-    if decision_id not in found:
-        raise decision_not_found(decision_id)
-    return found[decision_id]
-
-
 async def get(ctx: CallContext, p: GetDecisionParams) -> dict[str, Any]:
-    from .reviews import review_history
-
-    decision = await load_one(ctx.session, p.id)
+    decision = await document.load_one(ctx.session, p.id)
     reviews = await review_history(ctx.session, p.id)
     return {"found": True, "decision": document.wire(decision, reviews=reviews)}
 
