@@ -29,6 +29,7 @@ from .cli_support import (
     schema_problem,
     schema_state,
 )
+from .client import register_client_commands
 from .config import ConfigError, Settings
 
 T = TypeVar("T")
@@ -394,8 +395,6 @@ def mcp_command(url: str, token: str | None) -> None:
         click.echo(f"warning: {exc.message}; tool calls fail until it answers", err=True)
     stdio.run(target, token)
 
-
-from .client import register_client_commands  # noqa: E402
 
 register_client_commands(main)
 

@@ -6,20 +6,17 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from .config import Settings
-from .db import models as _all_models  # noqa: F401  (every table known before any flush)
+from .db import models as _all_models  # noqa: F401 - every table known before any flush
 from .db.engine import Database
+from .decisions.writer import RecordWriter
+from .guardrails.rules import RuleSet, load_rules, rule_dirs
 from .operations.ratelimit import MemoryRateLimiter, RateLimiter, RedisRateLimiter
+from .outbox.relay import Relay
 from .runtime import Runtime
-
-if TYPE_CHECKING:
-    from .decisions.writer import RecordWriter
-    from .guardrails.rules import RuleSet
-    from .outbox.relay import Relay
-    from .search.embedder import Embedder
-    from .search.index import VectorIndex
+from .search.embedder import Embedder, load_default_embedder
+from .search.index import VectorIndex
 
 log = logging.getLogger("cstp")
 
@@ -57,11 +54,6 @@ def build_services(
     settings: Settings, runtime: Runtime | None = None, embedder: Embedder | None = None
 ) -> Services:
     """Build without I/O beyond reading the rule files (which must fail at start-up)."""
-    from .decisions.writer import RecordWriter
-    from .guardrails.rules import load_rules, rule_dirs
-    from .outbox.relay import Relay
-    from .search.index import VectorIndex
-
     runtime = runtime or Runtime()
     rules = load_rules(rule_dirs(settings.guardrails_dir))
     limiter: RateLimiter
@@ -70,8 +62,6 @@ def build_services(
     else:
         limiter = MemoryRateLimiter(settings.rate_limits)
     if embedder is None:
-        from .search.embedder import load_default_embedder
-
         embedder = load_default_embedder()
     if settings.chroma_url:
         index = VectorIndex.http(settings.chroma_url, embedder)

@@ -163,7 +163,7 @@ class RecordWriter:
         """One transaction for the group; it also records the outbox results of earlier
         groups, which would otherwise need a write transaction of their own. ``built`` gets
         each call's row and events as they are added, for a caller whose commit raised."""
-        undo_settle: Callable[[], None] = lambda: None  # noqa: E731
+        undo_settle: Callable[[], None] = _nothing
         try:
             async with self.db.transaction(write=True) as session:
                 await store(session, [u.evaluation for u in group if u.evaluation is not None])
@@ -221,6 +221,10 @@ class RecordWriter:
             index_event = next(e.id for e in unit_events if e.kind == "index")
             if not unit.future.done():
                 unit.future.set_result((decision, index_event in done))
+
+
+def _nothing() -> None:
+    """What there is to undo before anything was settled."""
 
 
 def _fail(unit: _Unit, exc: BaseException) -> None:

@@ -6,6 +6,7 @@ causes is stored the same way, with the version of the rule set in force.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -154,6 +155,4 @@ async def check(
 
 
 def _jsonable(facts: dict[str, Any]) -> dict[str, Any]:
-    import json
-
     return json.loads(json.dumps(facts, default=str))

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from sqlalchemy import or_, select
+from sqlalchemy import func, or_, select
 
 from app.db.decisions import Decision
 from app.decisions.document import index_entry, load_decisions
@@ -62,8 +62,6 @@ async def _copy(
 
 async def reindex(services: Services, progress: Progress | None = None) -> int:
     """Rebuild into a fresh collection, switch it live, catch up; returns the count indexed."""
-    from sqlalchemy import func
-
     started = services.runtime.now() - timedelta(seconds=5)
     async with services.db.transaction(write=False) as session:
         total = int(await session.scalar(select(func.count()).select_from(Decision)) or 0)

@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from litestar import Request, Response, get
+from sqlalchemy import text
 
 from app.db import migrate
 from app.version import __version__
@@ -84,8 +85,6 @@ async def ready(request: Request) -> Response[dict[str, Any]]:  # type: ignore[t
 
 
 async def _current_revision(services: Any) -> str | None:
-    from sqlalchemy import text
-
     async with services.db.transaction(write=False) as session:
         return await session.scalar(text("SELECT version_num FROM alembic_version"))
 

@@ -8,6 +8,7 @@ from alembic import context
 from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from app.config import Settings
 from app.db.models import Base
 
 config = context.config
@@ -40,8 +41,6 @@ def run_migrations_online() -> None:
         return
     url = config.get_main_option("sqlalchemy.url")
     if not url:
-        from app.config import Settings
-
         url = Settings.from_env().database_url
     asyncio.run(_run_with_own_engine(url))
 
