@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -38,10 +39,8 @@ class Services:
         for task in self.background:
             task.cancel()
         for task in self.background:
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await task
-            except asyncio.CancelledError:
-                pass
         self.background.clear()
         await self.recorder.drain()
         await self.relay.flush()

@@ -6,6 +6,7 @@ the same row, so exporting again changes nothing and diffs of the tree stay mean
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -74,10 +75,8 @@ def write_atomic(path: Path, content: bytes) -> bool:
             handle.write(content)
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
     return True
 

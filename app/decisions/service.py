@@ -82,31 +82,31 @@ async def record(ctx: CallContext, p: RecordDecisionParams) -> RecordDecisionRes
         raise invalid_params("category", "must be one of: " + ", ".join(settings.categories))
     now = ctx.services.runtime.now()
     pre = p.pre_decision
-    fields: dict[str, Any] = dict(
-        summary=document.summarize(p.decision),
-        decision=p.decision.strip(),
-        category=p.category,
-        confidence=float(p.confidence),
-        stakes=p.stakes,
-        status="pending",
-        created_at=now,
-        recorded_by=ctx.agent,
-        context=p.context,
-        mental_state=p.mental_state,
-        review_in=p.review_in,
-        review_by=now + review_delta(p.review_in) if p.review_in else None,
-        kpi_indicators=_unique(p.kpi_indicators) or None,
-        pre_query_run=pre.query_run if pre else None,
-        pre_similar_found=pre.similar_found if pre else None,
-        pre_guardrails_checked=pre.guardrails_checked if pre else None,
-        pre_guardrails_passed=pre.guardrails_passed if pre else None,
-        project=p.project,
-        feature=p.feature,
-        pr=p.pr,
-        file=p.file,
-        line=p.line,
-        commit=p.commit,
-    )
+    fields: dict[str, Any] = {
+        "summary": document.summarize(p.decision),
+        "decision": p.decision.strip(),
+        "category": p.category,
+        "confidence": float(p.confidence),
+        "stakes": p.stakes,
+        "status": "pending",
+        "created_at": now,
+        "recorded_by": ctx.agent,
+        "context": p.context,
+        "mental_state": p.mental_state,
+        "review_in": p.review_in,
+        "review_by": now + review_delta(p.review_in) if p.review_in else None,
+        "kpi_indicators": _unique(p.kpi_indicators) or None,
+        "pre_query_run": pre.query_run if pre else None,
+        "pre_similar_found": pre.similar_found if pre else None,
+        "pre_guardrails_checked": pre.guardrails_checked if pre else None,
+        "pre_guardrails_passed": pre.guardrails_passed if pre else None,
+        "project": p.project,
+        "feature": p.feature,
+        "pr": p.pr,
+        "file": p.file,
+        "line": p.line,
+        "commit": p.commit,
+    }
     tags = _unique(p.tags)
 
     def build() -> Decision:

@@ -136,11 +136,13 @@ def rule_fires(rule: Rule, facts: Mapping[str, Any]) -> bool:
     Every condition is evaluated (no short-circuit) so that a type error surfaces regardless of
     the order the conditions were written in; requirements only matter once the rule applies.
     """
-    if not all([condition_holds(c, facts) for c in rule.conditions]):
+    holds = [condition_holds(c, facts) for c in rule.conditions]  # a list: each one runs
+    if not all(holds):
         return False
     if not rule.requirements:
         return True
-    return not all([condition_holds(r, facts) for r in rule.requirements])
+    met = [condition_holds(r, facts) for r in rule.requirements]
+    return not all(met)
 
 
 def condition_holds(condition: Condition, facts: Mapping[str, Any]) -> bool:

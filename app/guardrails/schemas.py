@@ -15,7 +15,7 @@ class ActionIn(Struct):
     stakes: Stakes | None = None
     confidence: Unit | None = None
     project: ShortText | None = None
-    context: dict[str, Any] = {}
+    context: dict[str, Any] = {}  # noqa: RUF012 - a msgspec field: each instance gets a copy
 
 
 class CheckGuardrailsParams(Struct):

@@ -34,7 +34,7 @@ class AnnounceIntentParams(Struct):
     confidence: Unit | None = None
     agent: AgentIn | None = None
     correlation_id: CorrelationId | None = None
-    metadata: dict[str, Any] = {}
+    metadata: dict[str, Any] = {}  # noqa: RUF012 - a msgspec field: each instance gets a copy
     project: ShortText | None = None
 
 

@@ -16,6 +16,7 @@ the events waiting on it due at once (``_note``, ``_revive``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -291,10 +292,8 @@ class Relay:
                 raise
             except Exception:
                 log.exception("outbox pass failed")
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wakeup.wait(), self.settings.outbox_poll_seconds)
-            except TimeoutError:
-                pass
             self.wakeup.clear()
 
     async def _claim(self, limit: int, *, leased_until: datetime | None) -> list[Work]:
@@ -424,7 +423,7 @@ class Relay:
             rows = await session.execute(
                 select(OutboxEvent.status, func.count()).group_by(OutboxEvent.status)
             )
-            counts = {status: n for status, n in rows.all()}
+            counts = dict(rows.all())
         return {
             "pending": counts.get("pending", 0),
             "dead": counts.get("dead", 0),

@@ -12,10 +12,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -209,10 +210,10 @@ class ChromaCollection:
             self._collection = None
             if self.remote and self._client is not None:
                 old, self._client = self._client, None
-                try:
-                    old.close()  # releases Chroma's registry entry; in-flight calls are unaffected
-                except Exception:  # best effort on an already broken client
-                    pass
+                # Releases Chroma's registry entry (in-flight calls are unaffected); best effort
+                # on a client that is already broken.
+                with contextlib.suppress(Exception):
+                    old.close()
 
     def run(self, op: Callable[[Collection], T]) -> T:
         """Run ``op`` on the (lazily connected) collection; any failure -> IndexUnavailable.
@@ -260,9 +261,11 @@ def replace(
     No document text is stored: SQL holds it, searches never read it back, and Chroma's
     full-text indexing of it cost ~1.5 ms of every upsert."""
     old = collection.get(ids=ids, include=["metadatas"])
-    previous = {i: m or {} for i, m in zip(old["ids"], old["metadatas"] or [])}
+    # Chroma's lists are parallel (entry n of each is record n); a record may have no metadata.
+    old_metadatas: Sequence[Mapping[str, Any] | None] = old["metadatas"] or [None] * len(old["ids"])
+    previous = {i: m or {} for i, m in zip(old["ids"], old_metadatas, strict=True)}
     final: list[dict[str, Any] | None] = []
-    for entry_id, metadata in zip(ids, metadatas):
+    for entry_id, metadata in zip(ids, metadatas, strict=True):
         stale = {key: None for key in previous.get(entry_id, {}) if key not in metadata}
         final.append({**metadata, **stale} or None)  # None deletes a key; {} is rejected
     collection.upsert(ids=ids, embeddings=vectors, metadatas=final)  # type: ignore[arg-type]

@@ -168,7 +168,7 @@ class OnnxMiniLMEmbedder:
         for start in range(0, len(order), self._batch_size):
             chunk = order[start : start + self._batch_size]
             vectors = self._run([texts[i] for i in chunk], session)
-            for index, vector in zip(chunk, vectors.tolist()):
+            for index, vector in zip(chunk, vectors.tolist(), strict=True):
                 result[index] = vector
         return result
 

@@ -268,9 +268,10 @@ class VectorIndex:
                 query_embeddings=[embedding], n_results=limit, where=where, include=include
             )  # type: ignore[arg-type]
             metas = (res["metadatas"] or [[]])[0] if metadata else []
+            distances = (res["distances"] or [[]])[0]
             hits = [
                 Hit(i, float(d), dict(metas[n] or {}) if metadata else {})
-                for n, (i, d) in enumerate(zip(res["ids"][0], (res["distances"] or [[]])[0]))
+                for n, (i, d) in enumerate(zip(res["ids"][0], distances, strict=True))
             ]
             return sorted(hits, key=lambda h: (h.distance, h.id))
 
@@ -284,7 +285,9 @@ class VectorIndex:
 
         def op(c: Collection) -> dict[str, dict[str, Any]]:
             res = c.get(ids=wanted, include=["metadatas"])  # type: ignore[list-item]
-            return {i: dict(m or {}) for i, m in zip(res["ids"], res["metadatas"] or [])}
+            found = res["ids"]  # the lists are parallel: entry n of each is record n
+            metadatas: Sequence[Mapping[str, Any] | None] = res["metadatas"] or [None] * len(found)
+            return {i: dict(m or {}) for i, m in zip(found, metadatas, strict=True)}
 
         return await self._op(op)
 
