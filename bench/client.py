@@ -106,7 +106,8 @@ class RpcClient:
         ids = [first + i for i in range(len(items))]
         self._ids = itertools.count(first + len(items))
         payload = [
-            {"jsonrpc": "2.0", "id": i, "method": method, "params": p} for i, p in zip(ids, items)
+            {"jsonrpc": "2.0", "id": i, "method": method, "params": p}
+            for i, p in zip(ids, items, strict=True)
         ]
         elapsed, decoded, error, message = await self._post(payload)
         if error is not None:

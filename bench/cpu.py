@@ -132,7 +132,7 @@ async def probe(args: argparse.Namespace, server: ServerProcess, token: str) -> 
     wall = time.perf_counter() - wall_before
     own = time.process_time() - own_before
     threads_after, ticks_after, pg_after = thread_cpu(pid), machine_ticks(), postgres_cpu()
-    ticks = [after - before for before, after in zip(ticks_before, ticks_after)]
+    ticks = [after - before for before, after in zip(ticks_before, ticks_after, strict=True)]
     per_thread: Counter[str] = Counter()
     for (tid, name), seconds in threads_after.items():
         label = "event loop (main thread)" if tid == pid else f"{name} [{tid}]"

@@ -82,7 +82,7 @@ class FloorIndex:
         for offset in range(0, len(documents), EMBED_BATCH):
             chunk = list(documents[offset : offset + EMBED_BATCH])
             vectors = embedder.embed(chunk)
-            for doc, vec in zip(chunk, vectors):
+            for doc, vec in zip(chunk, vectors, strict=True):
                 pending_ids.append(f"d{self.count + len(pending_ids)}")
                 pending_vecs.append(vec)
                 pending_docs.append(doc)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import math
 import os
@@ -230,7 +231,7 @@ async def _in_batches(
         nonlocal done, errors
         async with sem:
             outcomes = await client.batch(method, chunk)
-        for params, outcome in zip(chunk, outcomes):
+        for params, outcome in zip(chunk, outcomes, strict=True):
             on_done(params, outcome)
             done += 1
             errors += 0 if outcome.ok else 1
@@ -694,7 +695,7 @@ def evaluate_growth(sizes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """p50 ratio between consecutive sizes against the log-N ratio ln(b)/ln(a)."""
     measured = [s for s in sizes if s.get("methods") and s["size"] > 1]
     out = []
-    for a, b in zip(measured, measured[1:]):
+    for a, b in itertools.pairwise(measured):
         allowed = math.log(b["size"]) / math.log(a["size"])
         rows_a = {(r["method"], r["concurrency"]): r for r in a["methods"]}
         for r in b["methods"]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import os
 import secrets
 import signal
@@ -129,10 +130,8 @@ class ServerProcess:
 
     @staticmethod
     def _signal(pgid: int, sig: signal.Signals) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -150,7 +149,10 @@ class ServerProcess:
         keys = ("ERROR", "CRITICAL", "Traceback", "Exception")
         return [line for line in text.splitlines() if any(k in line for k in keys)]
 
-    async def wait_healthy(self, timeout: float) -> dict[str, object]:
+    async def wait_healthy(
+        self,
+        timeout: float,  # noqa: ASYNC109 - a deadline the failure reports, with the server's log
+    ) -> dict[str, object]:
         """Poll /health until it answers (the server migrates and loads the model first)."""
         deadline = time.monotonic() + timeout
         async with httpx.AsyncClient(timeout=2.0, trust_env=False) as http:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import subprocess
+import asyncio
 import sys
 import time
 import uuid
@@ -53,14 +53,20 @@ async def test_processes_upgrading_a_fresh_database_together_all_succeed(
 ) -> None:
     start = time.time() + 4  # after every interpreter has imported the app
     procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", UPGRADE_AT, empty_database, str(start)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            UPGRADE_AT,
+            empty_database,
+            str(start),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
         )
         for _ in range(PROCESSES)
     ]
-    outputs = [p.communicate(timeout=120)[0].decode(errors="replace") for p in procs]
+    async with asyncio.timeout(120):
+        finished = await asyncio.gather(*(p.communicate() for p in procs))
+    outputs = [out.decode(errors="replace") for out, _ in finished]
     assert [p.returncode for p in procs] == [0] * PROCESSES, "\n".join(outputs)
     assert await migrate.current(empty_database) == migrate.head_revision()
     assert await migrate.drift(empty_database) == []

@@ -195,7 +195,7 @@ async def test_seed_example_is_recorded_exported_and_findable_at_once(
     assert doc["recorded_by"] == "alice"
 
     hits = await services.index.query(PARAPHRASE, where=None, limit=5)
-    assert [h.id for h in hits][0] == result["id"]
+    assert hits[0].id == result["id"]
     assert len(hits) == 5
 
     found = await rpc.ok("cstp.queryDecisions", {"query": PARAPHRASE, "limit": 5})
@@ -533,7 +533,7 @@ async def test_id_taken_by_a_concurrent_uncommitted_insert_is_redrawn(
     runtime = Runtime(decision_id=lambda: next(ids))
     other = create_async_engine(settings.database_url)
     try:
-        async with app_client(settings, embedder, runtime) as (rpc, client):
+        async with app_client(settings, embedder, runtime) as (rpc, _client):
             # a first call opens the app's connections (and switches a SQLite file to WAL)
             await rpc.ok("cstp.recordDecision", simple("Warm-up decision"))
             async with AsyncSession(other) as session:
@@ -941,7 +941,7 @@ async def test_list_pagination(listed: tuple[Rpc, list[dict[str, Any]]]) -> None
         assert answer["total"] == 5 and answer["limit"] == 2 and answer["offset"] == offset
         pages.append([d["id"] for d in answer["decisions"]])
     assert [len(p) for p in pages] == [2, 2, 1, 0]
-    assert sum(pages, []) == [r["id"] for r in rows]
+    assert [i for page in pages for i in page] == [r["id"] for r in rows]
     filtered = await rpc.ok(
         "cstp.listDecisions",
         {"tags": ["db"], "limit": 1, "offset": 1, "sort": "createdAt", "order": "asc"},

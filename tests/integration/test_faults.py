@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -93,7 +93,7 @@ def envelope(n: int, params: dict[str, Any], method: str = "cstp.recordDecision"
 
 async def poll_until(
     check: Callable[[], Awaitable[tuple[bool, Any]]],
-    timeout: float,
+    timeout: float,  # noqa: ASYNC109 - a deadline the failure reports, with the last state seen
     what: str,
     interval: float = 0.25,
 ) -> Any:
@@ -180,10 +180,8 @@ def assert_outbox_complete(ids: list[str], events: list[tuple[str, str, str]]) -
 
 
 def _kill_group(proc: subprocess.Popen[bytes], sig: int) -> None:
-    try:
+    with suppress(ProcessLookupError):
         os.killpg(proc.pid, sig)  # its own session: the process and any children
-    except ProcessLookupError:
-        pass
 
 
 def _wait_or_kill(proc: subprocess.Popen[bytes], timeout: float) -> None:

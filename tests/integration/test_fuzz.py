@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import math
 import re
@@ -154,10 +155,8 @@ def _parsed(body: bytes) -> tuple[bool, Any]:
 def _request_text(body: bytes, parsed: Any, ok: bool) -> str:
     text = body.decode("utf-8", "replace")
     if ok:
-        try:
+        with contextlib.suppress(ValueError, RecursionError):
             text += json.dumps(parsed, ensure_ascii=False)
-        except (ValueError, RecursionError):
-            pass
     return text
 
 
@@ -543,12 +542,12 @@ def paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     found: list[tuple[Any, ...]] = []
     if isinstance(value, dict):
         for key, item in value.items():
-            found.append(prefix + (key,))
-            found += paths(item, prefix + (key,))
+            found.append((*prefix, key))
+            found += paths(item, (*prefix, key))
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            found.append(prefix + (index,))
-            found += paths(item, prefix + (index,))
+            found.append((*prefix, index))
+            found += paths(item, (*prefix, index))
     return found
 
 
@@ -878,7 +877,7 @@ async def test_out_of_range_integers_are_invalid_params(app_client: AppClient) -
         ("cstp.queryDecisions", {"query": "x", "filters": {"pr": 2**63}}, "filters.pr"),
     ]
     answers = [(m, (await _call(app_client, _rpc(m, p)))[1]) for m, p, _f in cases]
-    for (method, _p, field), (_m, answer) in zip(cases, answers):
+    for (_method, _p, field), (_m, answer) in zip(cases, answers, strict=True):
         error = answer.get("error", {})
         assert error.get("code") == -32602 and error["data"]["field"] == field, answers
 

@@ -434,7 +434,7 @@ async def test_list_guardrails_shipped_rules(rpc: Rpc) -> None:
     assert [g["id"] for g in listed["guardrails"]] == DEFAULT_IDS
     assert listed["count"] == 5
     assert listed["agent"] == "alice"
-    for item, rule in zip(listed["guardrails"], DEFAULT_RULES):
+    for item, rule in zip(listed["guardrails"], DEFAULT_RULES, strict=True):
         _check_listed_rule(item, rule)
     scoped = await rpc.ok("cstp.listGuardrails", {"scope": "payments"}, token="token-bob")
     assert [g["id"] for g in scoped["guardrails"]] == DEFAULT_IDS
@@ -663,7 +663,7 @@ async def test_every_check_is_stored_with_its_rule_results(
     assert len({row["id"] for row in rows}) == len(rows)
     assert len({row["rule_set_version"] for row in rows}) == 1
     agents = {"token-alice": "alice", "token-bob": "bob"}
-    for i, (row, (token, act), answer) in enumerate(zip(rows, STORED_CHECKS, answers)):
+    for i, (row, (token, act), answer) in enumerate(zip(rows, STORED_CHECKS, answers, strict=True)):
         assert row["agent"] == agents[token]
         assert row["source"] == "checkGuardrails"
         evaluated_at = row["evaluated_at"]

@@ -59,7 +59,10 @@ async def test_wrong_jsonrpc_version_is_invalid_request_echoing_id(client: Any) 
 
 
 async def test_batch_with_invalid_json_is_single_parse_error(client: Any) -> None:
-    body = b'[{"jsonrpc": "2.0", "method": "sum", "params": [1,2,4], "id": "1"}, {"jsonrpc": "2.0", "method"]'
+    body = (
+        b'[{"jsonrpc": "2.0", "method": "sum", "params": [1,2,4], "id": "1"},'
+        b' {"jsonrpc": "2.0", "method"]'
+    )
     response = await post_raw(client, body)
     answer = response.json()
     assert isinstance(answer, dict)
@@ -209,7 +212,7 @@ async def test_one_structured_log_line_per_call(rpc: Any, caplog: Any) -> None:
         for r in caplog.records
         if r.name == "cstp.rpc" and r.getMessage().startswith("{")
     ]
-    assert [(l["method"], l["outcome"]) for l in lines] == [
+    assert [(line["method"], line["outcome"]) for line in lines] == [
         ("cstp.listDecisions", "ok"),
         ("cstp.getDecision", "-32602"),
     ]

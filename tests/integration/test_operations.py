@@ -38,9 +38,10 @@ async def _fill_at(url: str, revision: str) -> None:
     async with engine.begin() as conn:
         await conn.execute(
             text(
-                "INSERT INTO decisions (id, summary, decision, category, confidence, stakes, status,"
-                " created_at, recorded_by, context, mental_state, review_in, kpi_indicators,"
-                " pre_query_run, project, pr, outcome, reviewed_at, reviewed_by, lessons)"
+                "INSERT INTO decisions (id, summary, decision, category, confidence, stakes,"
+                " status, created_at, recorded_by, context, mental_state, review_in,"
+                " kpi_indicators, pre_query_run, project, pr, outcome, reviewed_at, reviewed_by,"
+                " lessons)"
                 " VALUES ('0a0b0c0d', 'Adopt blue-green deploys for the auth service',"
                 " 'Adopt blue-green deploys for the auth service', 'process', 0.7, 'high',"
                 " :status, :created, 'legacy-agent', 'Downtime during releases', 'deliberate',"
@@ -72,10 +73,10 @@ async def _fill_at(url: str, revision: str) -> None:
         if revision >= "0002":
             await conn.execute(
                 text(
-                    "INSERT INTO guardrail_evaluations (id, agent, source, evaluated_at, description,"
-                    " stakes, confidence, facts, allowed, evaluated, violations, warnings,"
-                    " rule_set_version) VALUES ('e1', 'legacy-agent', 'checkGuardrails', :at,"
-                    " 'Deploy', 'high', 0.7, :facts, :true, 5, 0, 1, 'v1')"
+                    "INSERT INTO guardrail_evaluations (id, agent, source, evaluated_at,"
+                    " description, stakes, confidence, facts, allowed, evaluated, violations,"
+                    " warnings, rule_set_version) VALUES ('e1', 'legacy-agent', 'checkGuardrails',"
+                    " :at, 'Deploy', 'high', 0.7, :facts, :true, 5, 0, 1, 'v1')"
                 ),
                 {"at": _ts(WHEN, sqlite), "facts": json.dumps({"stakes": "high"}), "true": True},
             )
@@ -434,7 +435,7 @@ def test_a_budget_for_an_unknown_method_stops_the_app_too(
     from app.config import ConfigError, parse_rate_limits
 
     typo = replace(settings, rate_limits=parse_rate_limits("cstp.recordDecisions=5/60"))
-    with pytest.raises(ConfigError, match="cstp.recordDecisions"):
+    with pytest.raises(ConfigError, match=r"cstp\.recordDecisions"):
         create_app(typo, embedder=embedder)
 
 

@@ -279,16 +279,16 @@ def test_a_kind_that_fails_and_works_in_one_pass_is_still_down() -> None:
 
 
 def event(**fields: object) -> OutboxEvent:
-    defaults: dict[str, object] = dict(
-        id=7,
-        kind="export",
-        decision_id="0a1b2c3d",
-        status="pending",
-        attempts=1,
-        unknown_failures=0,
-        created_at=T0,
-        available_at=T0,
-    )
+    defaults: dict[str, object] = {
+        "id": 7,
+        "kind": "export",
+        "decision_id": "0a1b2c3d",
+        "status": "pending",
+        "attempts": 1,
+        "unknown_failures": 0,
+        "created_at": T0,
+        "available_at": T0,
+    }
     return OutboxEvent(**{**defaults, **fields})
 
 

