@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -52,8 +52,8 @@ def _setup_logging(level: str) -> None:
     )
 
 
-def _run(coro_fn: Callable[[], Awaitable[T]]) -> T:
-    return asyncio.run(coro_fn())  # type: ignore[arg-type]
+def _run(coro_fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    return asyncio.run(coro_fn())
 
 
 @click.group(cls=CstpGroup)

@@ -226,7 +226,7 @@ async def schema_state(url: str) -> SchemaState:
     engine = create_async_engine(url, connect_args={"timeout": 60} if path is not None else {})
     try:
         async with engine.connect() as conn:
-            return await conn.run_sync(read)  # type: ignore[no-any-return]
+            return await conn.run_sync(read)
     except (OSError, DBAPIError) as exc:
         raise Unavailable(f"cannot open the database {redact(url)}: {_reason(exc)}") from exc
     finally:

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 DEFAULT_CATEGORIES = ("architecture", "process", "integration", "tooling", "security")
 DEFAULT_RATE_LIMITS = "default=600/60,cstp.announceIntent=120/60"
@@ -59,8 +60,8 @@ class Settings:
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
 
-    def with_overrides(self, **changes: object) -> Settings:
-        return replace(self, **changes)  # type: ignore[arg-type]
+    def with_overrides(self, **changes: Any) -> Settings:
+        return replace(self, **changes)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

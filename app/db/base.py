@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import DateTime, Dialect, MetaData
+from sqlalchemy import DateTime, Dialect, MetaData, Table
 from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.types import TypeDecorator
 
@@ -24,6 +24,14 @@ NAMING_CONVENTION = {
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+def table_of(model: type[Base]) -> Table:
+    """The Table ``model`` is mapped to, for Core statements (SQLAlchemy types ``__table__``
+    as any FromClause; ours are all plain tables)."""
+    table = model.__table__
+    assert isinstance(table, Table)
+    return table
 
 
 class UtcDateTime(TypeDecorator[datetime]):
@@ -43,12 +51,13 @@ class UtcDateTime(TypeDecorator[datetime]):
             raise TypeError("UtcDateTime needs a datetime")
         if value.tzinfo is None:
             raise ValueError("naive datetimes are refused: pass an aware UTC datetime")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+        utc = value.astimezone(UTC)
+        return utc.replace(tzinfo=None) if dialect.name == "sqlite" else utc
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
-        if value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value.astimezone(UTC)
+        stored: datetime = value  # what the DateTime column reads back
+        if stored.tzinfo is None:
+            return stored.replace(tzinfo=UTC)
+        return stored.astimezone(UTC)

@@ -228,8 +228,8 @@ class Database:
                 return work(conn)
         if session is not None and not self.is_sqlite:
             return await session.run_sync(lambda sync_session: work(sync_session.connection()))
-        async with self.read_engine.connect() as conn, conn.begin():
-            return await conn.run_sync(work)
+        async with self.read_engine.connect() as aconn, aconn.begin():
+            return await aconn.run_sync(work)
 
     @asynccontextmanager
     async def _session(self, *, write: bool) -> AsyncIterator[AsyncSession]:

@@ -10,7 +10,7 @@ import functools
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from alembic import command
 from alembic.autogenerate import compare_metadata
@@ -22,6 +22,8 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from .models import Base
+
+T = TypeVar("T")
 
 #: The migration scripts ship inside the package (package data), so an installed server can
 #: migrate its database. The repository's alembic.ini points here too, for developers.
@@ -59,9 +61,7 @@ MIGRATION_LOCK_KEY = 0x63737470
 SQLITE_LOCK_WAIT_SECONDS = 600.0
 
 
-async def _with_connection(
-    url: str, work: Callable[[Connection], Any], *, locked: bool = False
-) -> Any:
+async def _with_connection(url: str, work: Callable[[Connection], T], *, locked: bool = False) -> T:
     ensure_sqlite_dir(url)
     sqlite = url.startswith("sqlite")
     # SQLite waits for another process's lock instead of failing after 5 s; with ``locked``
@@ -129,7 +129,7 @@ def _current(connection: Connection) -> str | None:
 
 
 async def current(url: str) -> str | None:
-    return await _with_connection(url, _current)  # type: ignore[no-any-return]
+    return await _with_connection(url, _current)
 
 
 def _drift(connection: Connection) -> list[Any]:
@@ -139,4 +139,4 @@ def _drift(connection: Connection) -> list[Any]:
 
 async def drift(url: str) -> list[Any]:
     """Differences between the models and the database's schema (empty when in sync)."""
-    return await _with_connection(url, _drift)  # type: ignore[no-any-return]
+    return await _with_connection(url, _drift)

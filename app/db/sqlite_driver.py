@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import collections
 import sqlite3
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 import aiosqlite
+from sqlalchemy.connectors.asyncio import AsyncAdapt_dbapi_connection
 from sqlalchemy.dialects.sqlite.aiosqlite import (
     AsyncAdapt_aiosqlite_connection,
     AsyncAdapt_aiosqlite_cursor,
@@ -51,11 +53,11 @@ def _run(conn: sqlite3.Connection, operation: str, parameters: Any, many: bool) 
 class OneHopCursor(AsyncAdapt_aiosqlite_cursor):
     __slots__ = ("_arraysize", "_description", "_lastrowid", "_rowcount")
 
-    def __init__(self, adapt_connection: AsyncAdapt_aiosqlite_connection) -> None:
+    def __init__(self, adapt_connection: AsyncAdapt_dbapi_connection) -> None:
         # No cursor on the worker thread until a statement runs (the stock one makes it here).
         self._adapt_connection = adapt_connection
         self._connection = adapt_connection._connection
-        self._cursor = None  # type: ignore[assignment]
+        self._cursor = None  # type: ignore[assignment]  # no worker-side cursor: nothing reads it
         self._soft_closed_memoized = EMPTY_DICT
         self._rows = collections.deque()
         self._description: Any = None
@@ -73,7 +75,7 @@ class OneHopCursor(AsyncAdapt_aiosqlite_cursor):
 
     @property
     def lastrowid(self) -> int:
-        return self._lastrowid  # type: ignore[return-value]
+        return self._lastrowid  # type: ignore[return-value]  # sqlite3's may be None; the base says int
 
     @property
     def arraysize(self) -> int:
@@ -84,11 +86,12 @@ class OneHopCursor(AsyncAdapt_aiosqlite_cursor):
         self._arraysize = value
 
     async def _statement(self, operation: Any, parameters: Any, many: bool) -> None:
-        connection: aiosqlite.Connection = self._connection  # type: ignore[assignment]
+        # SQLAlchemy types the connection as any async DBAPI's; this dialect's is aiosqlite's,
+        # whose _execute (run a function on its worker thread) carries no annotations.
+        connection = cast(aiosqlite.Connection, self._connection)
+        execute = cast(Callable[..., Awaitable[_Outcome]], connection._execute)
         async with self._adapt_connection._execute_mutex:
-            outcome: _Outcome = await connection._execute(
-                _run, connection._conn, operation, parameters, many
-            )
+            outcome = await execute(_run, connection._conn, operation, parameters, many)
         self._description, rows, self._rowcount, self._lastrowid = outcome
         self._rows = collections.deque(rows) if rows is not None else collections.deque()
 

@@ -20,10 +20,13 @@ from .document import export_fields, relative_path
 
 # libyaml's emitter when PyYAML was built with it (its wheels are): ~6x faster, and it gave
 # byte-identical output to the pure-Python one on every document we compared.
-_SafeDumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+try:
+    from yaml import CSafeDumper as _SafeDumper
+except ImportError:  # PyYAML without libyaml: the pure-Python emitter, with the same interface
+    from yaml import SafeDumper as _SafeDumper  # type: ignore[assignment]  # another class, same interface
 
 
-class _CanonicalDumper(_SafeDumper):  # type: ignore[valid-type,misc]
+class _CanonicalDumper(_SafeDumper):
     """SafeDumper that never emits aliases (each mapping stands on its own)."""
 
     def ignore_aliases(self, data: Any) -> bool:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 import yaml
+from sqlalchemy import ColumnElement, String
 
 from app.db.decisions import Decision, DecisionReason, DecisionTag
 from app.errors import CstpError
@@ -45,9 +46,16 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1  # what an Integer column holds on Po
 LENGTHS: dict[str, int] = {
     c.name: c.type.length
     for c in Decision.__table__.columns
-    if isinstance(getattr(c.type, "length", None), int)
+    if isinstance(c.type, String) and c.type.length is not None
 }
-TAG_LENGTH: int = DecisionTag.__table__.c.tag.type.length
+
+
+def _string_length(column: ColumnElement[Any]) -> int:
+    assert isinstance(column.type, String) and column.type.length is not None
+    return column.type.length
+
+
+TAG_LENGTH = _string_length(DecisionTag.__table__.c.tag)
 
 
 # libyaml's safe loader when PyYAML has it (its wheels do): the same documents, faster.
@@ -203,8 +211,9 @@ def _refuse_aliases(content: bytes) -> None:
     try:
         for event in yaml.parse(content, Loader=_Loader):
             if isinstance(event, yaml.AliasEvent):
-                mark = event.start_mark
-                raise Unreadable(f"YAML aliases are not accepted (line {mark.line + 1})")
+                mark = event.start_mark  # the parser always sets it
+                line = f" (line {mark.line + 1})" if mark is not None else ""
+                raise Unreadable(f"YAML aliases are not accepted{line}")
     except yaml.YAMLError:
         return  # safe_load reports the syntax error, with its line
 

@@ -149,7 +149,7 @@ _SORT = {
 }
 
 
-def _filtered(p: ListDecisionsParams) -> Select[tuple[Decision]]:
+def _filtered(p: ListDecisionsParams) -> Select[Decision]:
     query = select(Decision)
     for column, value in (
         (Decision.category, p.category),

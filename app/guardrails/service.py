@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.base import table_of
 from app.db.guardrails import GuardrailEvaluation, GuardrailRuleResult
 from app.errors import GUARDRAIL_EVAL_FAILED, CstpError, invalid_params
 from app.operations.context import CallContext
@@ -139,10 +140,10 @@ async def store(session: AsyncSession, staged: Sequence[Staged]) -> None:
     rows. Plain Core inserts: nothing reads these rows back as ORM objects."""
     if not staged:
         return
-    await session.execute(insert(GuardrailEvaluation.__table__), [s.row for s in staged])
+    await session.execute(insert(table_of(GuardrailEvaluation)), [s.row for s in staged])
     rule_rows = [r for s in staged for r in s.rule_rows]
     if rule_rows:
-        await session.execute(insert(GuardrailRuleResult.__table__), rule_rows)
+        await session.execute(insert(table_of(GuardrailRuleResult)), rule_rows)
 
 
 async def check(
@@ -155,4 +156,5 @@ async def check(
 
 
 def _jsonable(facts: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(json.dumps(facts, default=str))
+    plain: dict[str, Any] = json.loads(json.dumps(facts, default=str))
+    return plain

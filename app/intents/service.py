@@ -10,12 +10,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from sqlalchemy import Connection, Row, bindparam, insert, select
 from sqlalchemy.exc import IntegrityError
 
+from app.db.base import table_of
 from app.db.intents import Intent, IntentMatch
 from app.errors import CONFLICT, CstpError
 from app.guardrails.service import Request, check
@@ -85,13 +86,18 @@ _STORED = select(
 )
 
 
-def _read_stored(conn: Connection, *, agent: str, correlation_id: str) -> Row[Any] | None:
+if TYPE_CHECKING:
+    # A row of _STORED. Only an annotation: SQLAlchemy 2.0's Row takes one type argument.
+    StoredIntent = Row[str, str, str | None, str | None, int | None, bool | None]
+
+
+def _read_stored(conn: Connection, *, agent: str, correlation_id: str) -> StoredIntent | None:
     return conn.execute(_STORED, {"agent": agent, "cid": correlation_id}).first()
 
 
 async def _stored(
     ctx: CallContext, correlation_id: str, *, in_call: bool = True
-) -> Row[Any] | None:
+) -> StoredIntent | None:
     """This agent's successful announcement with ``correlation_id``, if any (one indexed read).
 
     Read by ``Database.read``: on SQLite on a read connection, so announceIntent does not take
@@ -103,7 +109,7 @@ async def _stored(
     return await ctx.services.db.read(work, session=ctx.session if in_call else None)
 
 
-def _replay(stored: Row[Any], fingerprint: str) -> msgspec.Raw:
+def _replay(stored: StoredIntent, fingerprint: str) -> msgspec.Raw:
     if stored.request_hash != fingerprint or stored.response is None:
         raise CstpError(
             CONFLICT,
@@ -171,11 +177,11 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
     }
     if p.correlation_id is None:
         # A correlation id of our own making is fresh: no retry can race for it.
-        await ctx.session.execute(insert(Intent.__table__), [row])
+        await ctx.session.execute(insert(table_of(Intent)), [row])
     else:
         try:
             async with ctx.session.begin_nested():
-                await ctx.session.execute(insert(Intent.__table__), [row])
+                await ctx.session.execute(insert(table_of(Intent)), [row])
         except IntegrityError:
             # A concurrent retry with the same correlationId committed first: answer as it did.
             stored = await _stored(ctx, correlation_id)
@@ -184,7 +190,7 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
             return _replay(stored, fingerprint)
     if found:
         await ctx.session.execute(
-            insert(IntentMatch.__table__),
+            insert(table_of(IntentMatch)),
             [
                 {
                     "intent_id": intent_id,
@@ -244,7 +250,7 @@ def _storable(value: Any) -> Any:
     return value
 
 
-async def intent_for_decision(ctx: CallContext, correlation_id: str) -> Row[Any] | None:
+async def intent_for_decision(ctx: CallContext, correlation_id: str) -> StoredIntent | None:
     """The successful announcement of this agent with ``correlation_id``, if any: its
     ``id``, ``similar_found`` and ``allowed``. Read in a transaction of its own, which ends
     before the decision's rows are handed to the group writer."""

@@ -14,10 +14,11 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from litestar import Litestar, asgi
-from litestar.types import Receive, Scope, Send
+from litestar.enums import ScopeType
+from litestar.types import HTTPResponseStartEvent, Receive, Scope, Send
 from mcp.server import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
@@ -86,7 +87,7 @@ def build_mcp_mount(
 
     @asgi("/mcp", is_mount=True, copy_scope=True)
     async def mcp_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != ScopeType.HTTP:
             return
         header = _header(scope, b"authorization")
         if not header:
@@ -96,8 +97,11 @@ def build_mcp_mount(
         if agent is None:
             await _unauthorized(send, "invalid bearer token")
             return
-        scope[AGENT_KEY] = agent  # type: ignore[literal-required]
-        await manager.handle_request(scope, receive, send)  # type: ignore[arg-type]
+        # An ASGI scope is a plain dict, open to extensions like ours, which litestar types as
+        # a TypedDict of the standard keys only.
+        cast("dict[str, Any]", scope)[AGENT_KEY] = agent
+        # The SDK annotates the same scope and channels with Starlette's types (plain mappings).
+        await manager.handle_request(scope, receive, send)  # type: ignore[arg-type]  # litestar's TypedDicts
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -117,15 +121,14 @@ def _header(scope: Scope, name: bytes) -> str | None:
 async def _unauthorized(send: Send, reason: str) -> None:
     """The same answer as ``/cstp`` gives: 401, ``WWW-Authenticate: Bearer``, a JSON body."""
     body = UNAUTHORIZED % reason.encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 401,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"www-authenticate", b'Bearer realm="cstp"'),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    start: HTTPResponseStartEvent = {
+        "type": "http.response.start",
+        "status": 401,
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"www-authenticate", b'Bearer realm="cstp"'),
+        ],
+    }
+    await send(start)
+    await send({"type": "http.response.body", "body": body, "more_body": False})  # ASGI's default

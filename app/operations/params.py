@@ -18,7 +18,7 @@ from msgspec import inspect as mi
 
 from app.errors import INVALID_PARAMS, CstpError, invalid_params
 
-T = TypeVar("T")
+T = TypeVar("T", bound=msgspec.Struct)
 
 ALIASES = {
     "actual_result": "actualResult",

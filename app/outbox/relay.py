@@ -22,9 +22,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import func, select, update
+from sqlalchemy import CursorResult, Update, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.decisions import Decision
@@ -52,6 +52,13 @@ class RelayStats:
     failed: int = 0
     dead: int = 0
     done_ids: list[int] = field(default_factory=list)
+
+
+async def _updated(session: AsyncSession, statement: Update) -> int:
+    """Run an UPDATE; the number of rows it matched."""
+    # An UPDATE's result is a CursorResult, which SQLAlchemy's annotations do not say.
+    result = cast("CursorResult[Any]", await session.execute(statement))
+    return int(result.rowcount or 0)
 
 
 class Relay:
@@ -143,7 +150,8 @@ class Relay:
         now = self.runtime.now()
         try:
             async with self.db.transaction(write=True) as session:
-                result = await session.execute(
+                revived = await _updated(
+                    session,
                     update(OutboxEvent)
                     .where(
                         OutboxEvent.status == "pending",
@@ -151,12 +159,11 @@ class Relay:
                         OutboxEvent.failure_kind == TRANSIENT,
                         OutboxEvent.available_at > now,
                     )
-                    .values(available_at=now)
+                    .values(available_at=now),
                 )
         except BaseException:
             self._back.update(kinds)
             raise
-        revived = int(result.rowcount or 0)  # type: ignore[attr-defined]
         if revived:
             log.info(
                 "%s works again: %d waiting outbox event(s) are due now",
@@ -175,16 +182,17 @@ class Relay:
         lost: set[int] = set()
         async with self.db.transaction(write=True) as session:
             for event in late:
-                renewed = await session.execute(
+                renewed = await _updated(
+                    session,
                     update(OutboxEvent)
                     .where(
                         OutboxEvent.id == event.id,
                         OutboxEvent.status == "pending",
                         OutboxEvent.available_at == event.available_at,
                     )
-                    .values(available_at=now + LEASE)
+                    .values(available_at=now + LEASE),
                 )
-                if renewed.rowcount != 1:  # type: ignore[attr-defined]
+                if renewed != 1:
                     lost.add(event.id)
         for event in late:
             if event.id not in lost:
@@ -434,7 +442,8 @@ class Relay:
         """Re-queue dead events (``cstp outbox retry``)."""
         now: datetime = self.runtime.now()
         async with self.db.transaction(write=True) as session:
-            result = await session.execute(
+            revived = await _updated(
+                session,
                 update(OutboxEvent)
                 .where(OutboxEvent.status == "dead")
                 .values(
@@ -443,7 +452,7 @@ class Relay:
                     unknown_failures=0,
                     failure_kind=None,
                     available_at=now,
-                )
+                ),
             )
         self.wakeup.set()
-        return int(result.rowcount or 0)  # type: ignore[attr-defined]
+        return revived

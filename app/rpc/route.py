@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from litestar import Request, Response, post
 from litestar.exceptions import ClientException
+from litestar.handlers import HTTPRouteHandler
 
 from .dispatcher import Dispatcher
 
@@ -20,9 +23,9 @@ def unauthorized(reason: str) -> Response[bytes]:
     )
 
 
-def build_rpc_route(max_body_bytes: int):  # type: ignore[no-untyped-def]
+def build_rpc_route(max_body_bytes: int) -> HTTPRouteHandler:
     @post("/cstp", request_max_body_size=max_body_bytes, status_code=200)
-    async def cstp(request: Request) -> Response[bytes]:  # type: ignore[type-arg]
+    async def cstp(request: Request[Any, Any, Any]) -> Response[bytes]:
         state = request.app.state
         header = request.headers.get("authorization")
         if not header:

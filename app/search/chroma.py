@@ -18,12 +18,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 import chromadb
 import httpx
 from chromadb.api import ClientAPI
+from chromadb.api.client import Client
 from chromadb.api.models.Collection import Collection
 from chromadb.config import Settings
 from chromadb.errors import NotFoundError
@@ -48,13 +49,19 @@ def _settings() -> Settings:
     return Settings(anonymized_telemetry=False)
 
 
-def embedded_connector(path: Path) -> Callable[[], ClientAPI]:
+def _built(client: ClientAPI) -> Client:
+    """What chromadb's factories build: they are annotated with the abstract ClientAPI, but
+    make a Client, which (unlike ClientAPI) has ``close``."""
+    return cast(Client, client)
+
+
+def embedded_connector(path: Path) -> Callable[[], Client]:
     """Builds an in-process client persisted under ``path`` (the directory is made on use)."""
     target = Path(path)
 
-    def connect() -> ClientAPI:
+    def connect() -> Client:
         target.mkdir(parents=True, exist_ok=True)
-        return chromadb.PersistentClient(path=str(target), settings=_settings())
+        return _built(chromadb.PersistentClient(path=str(target), settings=_settings()))
 
     return connect
 
@@ -64,7 +71,7 @@ def http_connector(
     *,
     connect_timeout: float = CONNECT_TIMEOUT_S,
     request_timeout: float = REQUEST_TIMEOUT_S,
-) -> Callable[[], ClientAPI]:
+) -> Callable[[], Client]:
     """Builds a client of the server at ``url``: heartbeat first, then finite timeouts.
 
     chromadb's constructor sends its requests with no timeout, so it runs in a daemon thread
@@ -79,17 +86,19 @@ def http_connector(
     base = f"{parts.scheme}://{parts.netloc}"
     in_flight: list[threading.Thread] = []  # the constructor thread of the last attempt
 
-    def connect() -> ClientAPI:
+    def connect() -> Client:
         if in_flight and in_flight[0].is_alive():
             raise TimeoutError("an earlier attempt to connect to the Chroma server still waits")
         httpx.get(f"{base}/api/v2/heartbeat", timeout=connect_timeout).raise_for_status()
-        outcome: list[ClientAPI | BaseException] = []
+        outcome: list[Client | BaseException] = []
         guard = threading.Lock()
         abandoned = False
 
         def build() -> None:
             try:
-                client = chromadb.HttpClient(host=host, port=port, ssl=ssl, settings=_settings())
+                client = _built(
+                    chromadb.HttpClient(host=host, port=port, ssl=ssl, settings=_settings())
+                )
             except BaseException as exc:  # handed to the waiting caller
                 outcome.append(exc)
                 return
@@ -121,7 +130,8 @@ def http_connector(
 def _tuned(client: ClientAPI, collection: Collection) -> Collection:
     """A collection made before SYNC_THRESHOLD was set gets it now. Chroma reads the setting
     when it first opens the index, which has not happened yet in this process."""
-    hnsw = (collection.configuration or {}).get("hnsw") or {}
+    configuration: Mapping[str, Any] | None = collection.configuration  # none on old ones
+    hnsw = (configuration or {}).get("hnsw") or {}
     if hnsw.get("sync_threshold", SYNC_THRESHOLD) <= SYNC_THRESHOLD:
         return collection
     collection.modify(configuration={"hnsw": {"sync_threshold": SYNC_THRESHOLD}})
@@ -134,7 +144,7 @@ class ChromaCollection:
 
     def __init__(
         self,
-        connect: Callable[[], ClientAPI],
+        connect: Callable[[], Client],
         name: str,
         *,
         remote: bool,
@@ -149,13 +159,13 @@ class ChromaCollection:
         self._embedder = embedder
         self._stats = stats
         self._lock = threading.Lock()  # guards _client/_collection across worker threads
-        self._client: ClientAPI | None = None
+        self._client: Client | None = None
         self._collection: Collection | None = None
         self._closed = False
         self._failed: tuple[float, Exception] | None = None  # when the last attempt failed
 
     @property
-    def client(self) -> ClientAPI | None:
+    def client(self) -> Client | None:
         """The current client, if connected."""
         return self._client
 
@@ -268,4 +278,6 @@ def replace(
     for entry_id, metadata in zip(ids, metadatas, strict=True):
         stale = {key: None for key in previous.get(entry_id, {}) if key not in metadata}
         final.append({**metadata, **stale} or None)  # None deletes a key; {} is rejected
-    collection.upsert(ids=ids, embeddings=vectors, metadatas=final)  # type: ignore[arg-type]
+    # Chroma's annotations are narrower than what it takes: a list of float lists (they want an
+    # invariant list of Sequences) and None for an entry with no metadata (it rejects {}).
+    collection.upsert(ids=ids, embeddings=vectors, metadatas=final)  # type: ignore[arg-type]  # Chroma is stricter on paper, see above

@@ -183,7 +183,9 @@ class OnnxMiniLMEmbedder:
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        return pooled / np.maximum(norms, 1e-12)
+        # onnxruntime has no type information (its output is Any), so neither has the result.
+        unit: np.ndarray = pooled / np.maximum(norms, 1e-12)
+        return unit
 
 
 def _packaged_file(package: str, relative: str, install_hint: str) -> Path:

@@ -20,7 +20,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 TAGS_KEY = "tags"
 
@@ -137,7 +137,8 @@ def to_where(f: SearchFilters) -> dict[str, Any] | None:
     return {"$and": clauses}
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: object) -> TypeGuard[float]:
+    """An int or a float that is not NaN (a bool is not a number here)."""
     return (
         isinstance(value, (int, float))
         and not isinstance(value, bool)
@@ -145,7 +146,7 @@ def _is_number(value: Any) -> bool:
     )
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

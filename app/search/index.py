@@ -26,8 +26,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from chromadb.api import ClientAPI
+from chromadb.api.client import Client
 from chromadb.api.models.Collection import Collection
+from chromadb.api.types import Include
 
 from app.search.batching import MAX_FLUSH_ENTRIES, WriteBatcher
 from app.search.chroma import (
@@ -63,7 +64,7 @@ class VectorIndex:
 
     def __init__(
         self,
-        connect: Callable[[], ClientAPI],
+        connect: Callable[[], Client],
         embedder: Embedder,
         collection: str = "decisions",
         *,
@@ -120,7 +121,7 @@ class VectorIndex:
         def op(c: Collection) -> None:
             client = self._chroma.client
             assert client is not None
-            names = {getattr(col, "name", col) for col in client.list_collections()}
+            names = {col.name for col in client.list_collections()}
             if live in names:
                 client.get_collection(live, embedding_function=None).modify(name=retired)
             c.modify(name=live)
@@ -137,7 +138,7 @@ class VectorIndex:
         def op(own: Collection) -> list[str]:
             client = self._chroma.client
             assert client is not None
-            names = sorted(getattr(col, "name", col) for col in client.list_collections())
+            names = sorted(col.name for col in client.list_collections())
             doomed = [n for n in names if n.startswith(tuple(prefixes)) and n != own.name]
             for name in doomed:
                 client.delete_collection(name)
@@ -261,12 +262,11 @@ class VectorIndex:
     def _query_op(
         embedding: list[float], where: dict[str, Any] | None, limit: int, metadata: bool
     ) -> Callable[[Collection], list[Hit]]:
-        include = ["metadatas", "distances"] if metadata else ["distances"]
+        include: Include = ["metadatas", "distances"] if metadata else ["distances"]
+        queries: list[Sequence[float] | Sequence[int]] = [embedding]
 
         def op(c: Collection) -> list[Hit]:
-            res = c.query(
-                query_embeddings=[embedding], n_results=limit, where=where, include=include
-            )  # type: ignore[arg-type]
+            res = c.query(query_embeddings=queries, n_results=limit, where=where, include=include)
             metas = (res["metadatas"] or [[]])[0] if metadata else []
             distances = (res["distances"] or [[]])[0]
             hits = [
@@ -284,7 +284,7 @@ class VectorIndex:
             return {}
 
         def op(c: Collection) -> dict[str, dict[str, Any]]:
-            res = c.get(ids=wanted, include=["metadatas"])  # type: ignore[list-item]
+            res = c.get(ids=wanted, include=["metadatas"])
             found = res["ids"]  # the lists are parallel: entry n of each is record n
             metadatas: Sequence[Mapping[str, Any] | None] = res["metadatas"] or [None] * len(found)
             return {i: dict(m or {}) for i, m in zip(found, metadatas, strict=True)}

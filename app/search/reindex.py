@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import ColumnElement, func, or_, select
 
 from app.db.decisions import Decision
 from app.decisions.document import index_entry, load_decisions
@@ -36,7 +36,7 @@ BATCH = 256
 async def _copy(
     services: Services,
     target: VectorIndex,
-    query_ids: object,
+    query_ids: ColumnElement[bool] | None,
     progress: Progress | None,
     total: int,
 ) -> int:
@@ -46,7 +46,7 @@ async def _copy(
         async with services.db.transaction(write=False) as session:
             query = select(Decision.id).order_by(Decision.id).limit(BATCH)
             if query_ids is not None:
-                query = query.where(query_ids)  # type: ignore[arg-type]
+                query = query.where(query_ids)
             if last_id is not None:
                 query = query.where(Decision.id > last_id)
             ids = list(await session.scalars(query))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +35,7 @@ class Found:
     distance: float
 
 
-def _as_tuple(value: str | list[str] | None) -> tuple[str, ...] | None:
+def _as_tuple(value: str | Sequence[str] | None) -> tuple[str, ...] | None:
     if value is None:
         return None
     return (value,) if isinstance(value, str) else tuple(value)

@@ -15,7 +15,7 @@ CSTP_PROTOCOL_VERSION = "1.0"
 
 
 @get("/health", sync_to_thread=False)
-def health(request: Request) -> dict[str, Any]:  # type: ignore[type-arg]
+def health(request: Request[Any, Any, Any]) -> dict[str, Any]:
     services = request.app.state.services
     return {
         "status": "healthy",
@@ -25,7 +25,7 @@ def health(request: Request) -> dict[str, Any]:  # type: ignore[type-arg]
 
 
 @get("/ready")
-async def ready(request: Request) -> Response[dict[str, Any]]:  # type: ignore[type-arg]
+async def ready(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     """Each part is checked on its own, so the answer names exactly what is not ready.
 
     503 ``not_ready`` lists in ``failing`` what keeps the server from serving calls. Dead
@@ -86,11 +86,12 @@ async def ready(request: Request) -> Response[dict[str, Any]]:  # type: ignore[t
 
 async def _current_revision(services: Any) -> str | None:
     async with services.db.transaction(write=False) as session:
-        return await session.scalar(text("SELECT version_num FROM alembic_version"))
+        revision = await session.scalar(text("SELECT version_num FROM alembic_version"))
+        return None if revision is None else str(revision)
 
 
 @get("/.well-known/agent.json", sync_to_thread=False)
-def agent_card(request: Request) -> dict[str, Any]:  # type: ignore[type-arg]
+def agent_card(request: Request[Any, Any, Any]) -> dict[str, Any]:
     state = request.app.state
     settings = state.services.settings
     base = f"{request.url.scheme}://{request.url.netloc}"
