@@ -37,7 +37,7 @@ T = TypeVar("T")
 HEAD = migrate.head_revision()
 # The revision before the newest, and the first one: an older schema that holds data.
 _SCRIPT = ScriptDirectory.from_config(migrate.alembic_config())
-OLDER = _SCRIPT.get_revision(HEAD).down_revision  # type: ignore[union-attr]
+OLDER = _SCRIPT.get_revision(HEAD).down_revision  # type: ignore[union-attr]  # head exists
 FIRST = [s.revision for s in _SCRIPT.walk_revisions()][-1]
 UNKNOWN = "ffff0000newer"
 STATES = ("fresh", "empty", "older", "newer")

@@ -531,7 +531,7 @@ class ObservedRelay:
                 await asyncio.wait_for(hold.wait(), 60)
             return await original(events)
 
-        relay._process = observed  # type: ignore[method-assign]
+        relay._process = observed  # type: ignore[method-assign]  # a spy around the real one
 
 
 async def _insert_due_events(services: Services, count: int) -> list[str]:

@@ -131,7 +131,7 @@ async def error_of(session: ClientSession, tool: str, arguments: dict[str, Any])
     assert result.is_error, result
     assert result.structured_content is not None
     error = result.structured_content["error"]
-    assert result.content[0].text.startswith(f"Error {error['code']} ")  # type: ignore[union-attr]
+    assert result.content[0].text.startswith(f"Error {error['code']} ")  # type: ignore[union-attr]  # a text block
     return error
 
 

@@ -233,7 +233,7 @@ async def test_import_waits_for_the_events_a_running_server_claimed(
         await asyncio.wait_for(release.wait(), 60)
         return await process(events)
 
-    server.relay._process = slow_process  # type: ignore[method-assign]
+    server.relay._process = slow_process  # type: ignore[method-assign]  # slowed on purpose
 
     async def relay_loop() -> None:
         while not stop.is_set():

@@ -56,7 +56,7 @@ def make_rule(
     return Rule(
         id=rule_id,
         description=f"rule {rule_id}",
-        action=action,  # type: ignore[arg-type]
+        action=action,  # type: ignore[arg-type]  # tests pass any action, valid or not
         scope=scope,
         conditions=tuple(map(cond, conditions)),
         requirements=tuple(map(cond, requirements)),

@@ -63,7 +63,7 @@ def test_empty_input_and_empty_strings(embedder: Embedder) -> None:
 
 def test_single_str_is_rejected(embedder: Embedder) -> None:
     with pytest.raises(TypeError):
-        embedder.embed(DEPLOY)  # type: ignore[arg-type]
+        embedder.embed(DEPLOY)  # type: ignore[arg-type]  # the mistake under test
 
 
 def test_paraphrase_closer_than_unrelated(embedder: Embedder) -> None:

@@ -325,7 +325,7 @@ async def test_a_text_prepared_as_the_workers_finish_is_still_embedded(
             gate.wait(10)
             return embedder.embed(texts)
 
-    idx = VectorIndex.embedded(tmp_path / "chroma", Gated())  # type: ignore[arg-type]
+    idx = VectorIndex.embedded(tmp_path / "chroma", Gated())  # type: ignore[arg-type]  # a stub embedder
     try:
         first = asyncio.ensure_future(idx.prepare(["first text"]))
         second = asyncio.ensure_future(idx.prepare(["second text"]))
@@ -356,7 +356,7 @@ async def test_prepare_returns_even_when_the_embedder_answers_wrongly(tmp_path: 
         def embed(self, texts: Sequence[str]) -> list[list[float]]:
             return []
 
-    idx = VectorIndex.embedded(tmp_path / "chroma", NoVectors())  # type: ignore[arg-type]
+    idx = VectorIndex.embedded(tmp_path / "chroma", NoVectors())  # type: ignore[arg-type]  # a stub embedder
     try:
         await asyncio.wait_for(idx.prepare(["a text"]), timeout=10)
         await asyncio.wait_for(idx.prepare(["another text"]), timeout=10)
