@@ -82,45 +82,88 @@ QUERY_METHOD = "cstp.queryDecisions"
 
 # ---------------------------------------------------------------- arguments
 
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m bench.quality",
-        description="Retrieval-quality benchmark of the real CSTP server on 127.0.0.1.")
+        description="Retrieval-quality benchmark of the real CSTP server on 127.0.0.1.",
+    )
     p.add_argument("--seed", type=int, default=42, help="RNG seed of the corpus and queries")
     p.add_argument("--decisions", type=int, default=2000, help="corpus size (default 2000)")
-    p.add_argument("--queries", type=int, default=320,
-                   help="labelled queries (default 320: paraphrase, exact_token, "
-                        "short_keyword, filtered)")
-    p.add_argument("--modes", default="semantic,keyword,hybrid",
-                   help="retrievalMode values to measure, comma-separated "
-                        "(default semantic,keyword,hybrid)")
-    p.add_argument("--quick", action="store_true",
-                   help="smoke run: 300 decisions, 60 queries")
-    p.add_argument("--database-url", default=None,
-                   help="postgresql+asyncpg://user@127.0.0.1:5432/postgres - a fresh database "
-                        "cstp_bench_<random> is created on that server and dropped afterwards")
-    p.add_argument("--out", default=None,
-                   help="JSON result file (default bench/results/quality-<timestamp>.json)")
-    p.add_argument("--keep-data", action="store_true",
-                   help="keep the temporary data directory (its path is printed)")
-    p.add_argument("--vector-recall", action=argparse.BooleanOptionalAction, default=True,
-                   help="measure the vector index's recall@10 against exact brute-force "
-                        "cosine search (embeds the corpus here; default on)")
-    p.add_argument("--vector-sample", type=int, default=0,
-                   help="queries used for --vector-recall (default 0: every query without "
-                        "filters)")
-    p.add_argument("--announce", action=argparse.BooleanOptionalAction, default=True,
-                   help="measure announceIntent's similarDecisions on the paraphrase queries")
-    p.add_argument("--seed-batch", type=int, default=50,
-                   help="decisions per JSON-RPC batch while recording (default 50)")
-    p.add_argument("--seed-inflight", type=int, default=4,
-                   help="recording batches in flight at once (default 4)")
-    p.add_argument("--warmup", type=int, default=10,
-                   help="unmeasured queries per mode before the measured ones (default 10)")
-    p.add_argument("--show-failures", type=int, default=3,
-                   help="queries with no relevant decision in the top 10 printed per kind")
-    p.add_argument("--request-timeout", type=float, default=30.0,
-                   help="per-request timeout in seconds")
+    p.add_argument(
+        "--queries",
+        type=int,
+        default=320,
+        help="labelled queries (default 320: paraphrase, exact_token, short_keyword, filtered)",
+    )
+    p.add_argument(
+        "--modes",
+        default="semantic,keyword,hybrid",
+        help="retrievalMode values to measure, comma-separated (default semantic,keyword,hybrid)",
+    )
+    p.add_argument("--quick", action="store_true", help="smoke run: 300 decisions, 60 queries")
+    p.add_argument(
+        "--database-url",
+        default=None,
+        help="postgresql+asyncpg://user@127.0.0.1:5432/postgres - a fresh database "
+        "cstp_bench_<random> is created on that server and dropped afterwards",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        help="JSON result file (default bench/results/quality-<timestamp>.json)",
+    )
+    p.add_argument(
+        "--keep-data",
+        action="store_true",
+        help="keep the temporary data directory (its path is printed)",
+    )
+    p.add_argument(
+        "--vector-recall",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="measure the vector index's recall@10 against exact brute-force "
+        "cosine search (embeds the corpus here; default on)",
+    )
+    p.add_argument(
+        "--vector-sample",
+        type=int,
+        default=0,
+        help="queries used for --vector-recall (default 0: every query without filters)",
+    )
+    p.add_argument(
+        "--announce",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="measure announceIntent's similarDecisions on the paraphrase queries",
+    )
+    p.add_argument(
+        "--seed-batch",
+        type=int,
+        default=50,
+        help="decisions per JSON-RPC batch while recording (default 50)",
+    )
+    p.add_argument(
+        "--seed-inflight",
+        type=int,
+        default=4,
+        help="recording batches in flight at once (default 4)",
+    )
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=10,
+        help="unmeasured queries per mode before the measured ones (default 10)",
+    )
+    p.add_argument(
+        "--show-failures",
+        type=int,
+        default=3,
+        help="queries with no relevant decision in the top 10 printed per kind",
+    )
+    p.add_argument(
+        "--request-timeout", type=float, default=30.0, help="per-request timeout in seconds"
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.decisions, args.queries = 300, 60
@@ -138,8 +181,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 # ---------------------------------------------------------------- metrics
 
-def score(ranked: Sequence[str], relevant: set[str], k_recall: int = 5,
-          k: int = LIMIT) -> dict[str, float]:
+
+def score(
+    ranked: Sequence[str], relevant: set[str], k_recall: int = 5, k: int = LIMIT
+) -> dict[str, float]:
     """recall@k_recall (capped), raw recall, MRR@k and nDCG@k of one ranked list."""
     top = list(ranked)[:k]
     hits_recall = sum(1 for i in top[:k_recall] if i in relevant)
@@ -154,12 +199,15 @@ def score(ranked: Sequence[str], relevant: set[str], k_recall: int = 5,
     }
 
 
-METRIC_NAMES = {"recall": "recallAt5", "recallRaw": "recallAt5Raw", "mrr": "mrrAt10",
-                "ndcg": "ndcgAt10"}
+METRIC_NAMES = {
+    "recall": "recallAt5",
+    "recallRaw": "recallAt5Raw",
+    "mrr": "mrrAt10",
+    "ndcg": "ndcgAt10",
+}
 
 
-def aggregate(rows: list[dict[str, Any]], names: dict[str, str] = METRIC_NAMES
-              ) -> dict[str, Any]:
+def aggregate(rows: list[dict[str, Any]], names: dict[str, str] = METRIC_NAMES) -> dict[str, Any]:
     """Mean of each metric over ``rows`` (each a per-query ``scores`` dict)."""
     if not rows:
         return {"n": 0, **dict.fromkeys(names.values())}
@@ -174,8 +222,9 @@ def aggregate(rows: list[dict[str, Any]], names: dict[str, str] = METRIC_NAMES
     return out
 
 
-def breakdown(per_query: list[dict[str, Any]], score_key: str = "scores",
-              names: dict[str, str] = METRIC_NAMES) -> dict[str, Any]:
+def breakdown(
+    per_query: list[dict[str, Any]], score_key: str = "scores", names: dict[str, str] = METRIC_NAMES
+) -> dict[str, Any]:
     """Aggregates by kind x split (``all``, ``tuning``, ``heldout``), over every kind
     (``ALL``) and by kind/subkind."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
@@ -190,13 +239,16 @@ def breakdown(per_query: list[dict[str, Any]], score_key: str = "scores",
         subkinds[f"{q['kind']}/{q['subkind']}"].append(s)
     kinds = [k for k in (*KINDS, "ALL") if groups.get((k, "all"))]
     return {
-        "byKind": {k: {split: aggregate(groups[(k, split)], names)
-                       for split in ("all", *SPLITS)} for k in kinds},
+        "byKind": {
+            k: {split: aggregate(groups[(k, split)], names) for split in ("all", *SPLITS)}
+            for k in kinds
+        },
         "bySubkind": {k: aggregate(v, names) for k, v in sorted(subkinds.items())},
     }
 
 
 # ---------------------------------------------------------------- state of a run
+
 
 @dataclass
 class Run:
@@ -218,9 +270,12 @@ class Run:
         tmp.replace(self.out)
 
     def client(self, *, timeout: float | None = None, connections: int = 1) -> RpcClient:
-        return RpcClient(self.server.base_url, self.token,
-                         timeout=timeout or self.args.request_timeout,
-                         max_connections=connections)
+        return RpcClient(
+            self.server.base_url,
+            self.token,
+            timeout=timeout or self.args.request_timeout,
+            max_connections=connections,
+        )
 
 
 def _count(counter: dict[str, int], key: str | None) -> None:
@@ -229,8 +284,15 @@ def _count(counter: dict[str, int], key: str | None) -> None:
 
 # ---------------------------------------------------------------- recording
 
-async def send_batches(client: RpcClient, method: str, items: list[dict[str, Any]],
-                       batch: int, inflight: int, label: str) -> list[Outcome]:
+
+async def send_batches(
+    client: RpcClient,
+    method: str,
+    items: list[dict[str, Any]],
+    batch: int,
+    inflight: int,
+    label: str,
+) -> list[Outcome]:
     """``items`` as JSON-RPC batches, ``inflight`` at once; outcomes in the order of items."""
     results: list[Outcome | None] = [None] * len(items)
     progress = Progress(label, len(items), log)
@@ -239,7 +301,7 @@ async def send_batches(client: RpcClient, method: str, items: list[dict[str, Any
 
     async def one(start: int) -> None:
         nonlocal done, errors
-        chunk = items[start:start + batch]
+        chunk = items[start : start + batch]
         async with sem:
             outcomes = await client.batch(method, chunk)
         for i, outcome in enumerate(outcomes):
@@ -260,10 +322,17 @@ def _parse_ts(text: str) -> datetime:
 async def record_corpus(run: Run) -> dict[str, Any]:
     """Record the early phase, take the cutoff, record the late phase, review a share."""
     args, corpus = run.args, run.corpus
-    stats: dict[str, Any] = {"requested": len(corpus.decisions), "recorded": 0, "reviewed": 0,
-                             "recordErrors": {}, "reviewErrors": {}, "notIndexedOnReturn": 0}
-    client = run.client(timeout=max(args.request_timeout, 3.0 * args.seed_batch),
-                        connections=args.seed_inflight)
+    stats: dict[str, Any] = {
+        "requested": len(corpus.decisions),
+        "recorded": 0,
+        "reviewed": 0,
+        "recordErrors": {},
+        "reviewErrors": {},
+        "notIndexedOnReturn": 0,
+    }
+    client = run.client(
+        timeout=max(args.request_timeout, 3.0 * args.seed_batch), connections=args.seed_inflight
+    )
     stamps: dict[str, list[datetime]] = {"early": [], "late": []}
     try:
         start = time.monotonic()
@@ -274,9 +343,14 @@ async def record_corpus(run: Run) -> dict[str, Any]:
                 run.cutoff = datetime.now(UTC).isoformat().replace("+00:00", "Z")
                 await asyncio.sleep(1.0)
             todo = [d for d in corpus.decisions if d.phase == phase]
-            outcomes = await send_batches(client, "cstp.recordDecision",
-                                          [d.params for d in todo], args.seed_batch,
-                                          args.seed_inflight, f"record {phase}")
+            outcomes = await send_batches(
+                client,
+                "cstp.recordDecision",
+                [d.params for d in todo],
+                args.seed_batch,
+                args.seed_inflight,
+                f"record {phase}",
+            )
             for d, outcome in zip(todo, outcomes, strict=True):
                 if outcome.ok:
                     run.ids[d.key] = outcome.result["id"]
@@ -290,21 +364,30 @@ async def record_corpus(run: Run) -> dict[str, Any]:
         stats["recordSeconds"] = round(time.monotonic() - start, 2)
         stats["recordRatePerS"] = round(stats["recorded"] / max(stats["recordSeconds"], 1e-9), 1)
         if stats["recorded"] < 0.9 * len(corpus.decisions):
-            raise BenchError(f"recording failed: {stats['recorded']} of "
-                             f"{len(corpus.decisions)} recorded; errors {stats['recordErrors']}")
+            raise BenchError(
+                f"recording failed: {stats['recorded']} of "
+                f"{len(corpus.decisions)} recorded; errors {stats['recordErrors']}"
+            )
         cutoff = _parse_ts(run.cutoff or "")
         stats["dateAfterCutoff"] = run.cutoff
-        stats["phasesSeparated"] = (all(t < cutoff for t in stamps["early"])
-                                    and all(t >= cutoff for t in stamps["late"]))
+        stats["phasesSeparated"] = all(t < cutoff for t in stamps["early"]) and all(
+            t >= cutoff for t in stamps["late"]
+        )
         if not stats["phasesSeparated"]:
-            log("[record] WARNING: some creation times fall on the wrong side of the cutoff; "
-                "dateAfter labels may be wrong")
+            log(
+                "[record] WARNING: some creation times fall on the wrong side of the cutoff; "
+                "dateAfter labels may be wrong"
+            )
 
-        reviews = [{"id": run.ids[d.key], **d.review} for d in corpus.decisions
-                   if d.review is not None and d.key in run.ids]
+        reviews = [
+            {"id": run.ids[d.key], **d.review}
+            for d in corpus.decisions
+            if d.review is not None and d.key in run.ids
+        ]
         start = time.monotonic()
-        outcomes = await send_batches(client, "cstp.reviewDecision", reviews, args.seed_batch,
-                                      args.seed_inflight, "review")
+        outcomes = await send_batches(
+            client, "cstp.reviewDecision", reviews, args.seed_batch, args.seed_inflight, "review"
+        )
         for outcome in outcomes:
             if outcome.ok:
                 stats["reviewed"] += 1
@@ -327,6 +410,7 @@ async def record_corpus(run: Run) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- querying
+
 
 def resolved_filters(run: Run, q: LabelledQuery) -> dict[str, Any] | None:
     if not q.filters:
@@ -356,12 +440,17 @@ async def probe_mode(client: RpcClient, run: Run, mode: str) -> dict[str, Any]:
     if answered == mode:
         return {"supported": True, "answered": answered}
     if answered is None:
-        return {"supported": False, "answered": None,
-                "reason": "the answer carries no retrievalMode, so the mode cannot be "
-                          "confirmed"}
-    return {"supported": False, "answered": answered,
-            "reason": f"asked for {mode!r}, the server answered retrievalMode {answered!r} "
-                      "(accepted but ignored)"}
+        return {
+            "supported": False,
+            "answered": None,
+            "reason": "the answer carries no retrievalMode, so the mode cannot be confirmed",
+        }
+    return {
+        "supported": False,
+        "answered": answered,
+        "reason": f"asked for {mode!r}, the server answered retrievalMode {answered!r} "
+        "(accepted but ignored)",
+    }
 
 
 async def measure_mode(run: Run, mode: str) -> dict[str, Any]:
@@ -385,9 +474,14 @@ async def measure_mode(run: Run, mode: str) -> dict[str, Any]:
             relevant = relevant_ids(run, q)
             outcome = await client.call(QUERY_METHOD, query_params(run, q, mode))
             row: dict[str, Any] = {
-                "id": q.id, "kind": q.kind, "subkind": q.subkind, "split": q.split,
-                "text": q.text, "filters": resolved_filters(run, q),
-                "relevant": sorted(relevant), "latencyMs": round(outcome.latency_ms, 3),
+                "id": q.id,
+                "kind": q.kind,
+                "subkind": q.subkind,
+                "split": q.split,
+                "text": q.text,
+                "filters": resolved_filters(run, q),
+                "relevant": sorted(relevant),
+                "latencyMs": round(outcome.latency_ms, 3),
             }
             if not outcome.ok:
                 _count(errors, outcome.error)
@@ -404,22 +498,30 @@ async def measure_mode(run: Run, mode: str) -> dict[str, Any]:
                 if q.filters:
                     # a check of the server's filters: what it returns must satisfy them
                     row["filterViolations"] = [
-                        d["id"] for d in found if d["id"] not in key_of
-                        or not satisfies(by_key[key_of[d["id"]]], q.filters)]
+                        d["id"]
+                        for d in found
+                        if d["id"] not in key_of
+                        or not satisfies(by_key[key_of[d["id"]]], q.filters)
+                    ]
                 if relevant:
                     row["scores"] = score(row["returned"], relevant)
-                    row["relevantRanks"] = [i + 1 for i, d in enumerate(row["returned"])
-                                            if d in relevant]
+                    row["relevantRanks"] = [
+                        i + 1 for i, d in enumerate(row["returned"]) if d in relevant
+                    ]
             per_query.append(row)
             progress.update(n, sum(errors.values()))
         progress.update(len(corpus.queries), sum(errors.values()), final=True)
-        entry.update({
-            "latencyMs": summarize(latencies), "errors": errors,
-            "answeredOtherModes": other_modes,
-            "unscorable": sum(1 for r in per_query if "scores" not in r),
-            "filterViolations": sum(len(r.get("filterViolations", [])) for r in per_query),
-            **breakdown(per_query), "queries": per_query,
-        })
+        entry.update(
+            {
+                "latencyMs": summarize(latencies),
+                "errors": errors,
+                "answeredOtherModes": other_modes,
+                "unscorable": sum(1 for r in per_query if "scores" not in r),
+                "filterViolations": sum(len(r.get("filterViolations", [])) for r in per_query),
+                **breakdown(per_query),
+                "queries": per_query,
+            }
+        )
         return entry
     finally:
         await client.close()
@@ -437,10 +539,17 @@ async def measure_announce(run: Run) -> dict[str, Any]:
         progress = Progress("announceIntent", len(todo), log)
         for n, q in enumerate(todo, 1):
             relevant = relevant_ids(run, q)
-            outcome = await client.call("cstp.announceIntent", {
-                "intent": q.text, "category": q.category, "agent": {"id": "bench-quality"}})
-            row: dict[str, Any] = {"id": q.id, "kind": q.kind, "subkind": q.subkind,
-                                   "split": q.split, "latencyMs": round(outcome.latency_ms, 3)}
+            outcome = await client.call(
+                "cstp.announceIntent",
+                {"intent": q.text, "category": q.category, "agent": {"id": "bench-quality"}},
+            )
+            row: dict[str, Any] = {
+                "id": q.id,
+                "kind": q.kind,
+                "subkind": q.subkind,
+                "split": q.split,
+                "latencyMs": round(outcome.latency_ms, 3),
+            }
             if outcome.ok:
                 latencies.append(outcome.latency_ms)
                 row["returned"] = [d["id"] for d in outcome.result.get("similarDecisions", [])]
@@ -452,13 +561,19 @@ async def measure_announce(run: Run) -> dict[str, Any]:
             progress.update(n, sum(errors.values()))
         progress.update(len(todo), sum(errors.values()), final=True)
         result = breakdown(per_query, names=names)
-        return {"filter": "category of the target decision", "latencyMs": summarize(latencies),
-                "errors": errors, "byKind": result["byKind"], "queries": per_query}
+        return {
+            "filter": "category of the target decision",
+            "latencyMs": summarize(latencies),
+            "errors": errors,
+            "byKind": result["byKind"],
+            "queries": per_query,
+        }
     finally:
         await client.close()
 
 
 # ---------------------------------------------------------------- vector index vs exact
+
 
 def vector_recall(run: Run, semantic: dict[str, Any]) -> dict[str, Any]:
     """The server's semantic top 10 against an exact cosine top 10 computed here, for the
@@ -472,14 +587,20 @@ def vector_recall(run: Run, semantic: dict[str, Any]) -> dict[str, Any]:
     start = time.monotonic()
     embedder = load_default_embedder()
     recorded = [d for d in corpus.decisions if d.key in run.ids]
-    texts = [index_text(SimpleNamespace(  # type: ignore[arg-type]  # duck-typed row
-        decision=d.params["decision"].strip(), context=d.params.get("context"),
-        reasons=[SimpleNamespace(text=r["text"]) for r in d.params.get("reasons", [])]))
-        for d in recorded]
+    texts = [
+        index_text(
+            SimpleNamespace(  # type: ignore[arg-type]  # duck-typed row
+                decision=d.params["decision"].strip(),
+                context=d.params.get("context"),
+                reasons=[SimpleNamespace(text=r["text"]) for r in d.params.get("reasons", [])],
+            )
+        )
+        for d in recorded
+    ]
     progress = Progress("embed corpus", len(texts), log)
     vectors: list[list[float]] = []
     for i in range(0, len(texts), 64):
-        vectors.extend(embedder.embed(texts[i:i + 64]))
+        vectors.extend(embedder.embed(texts[i : i + 64]))
         progress.update(len(vectors), 0)
     progress.update(len(vectors), 0, final=True)
     matrix = np.asarray(vectors, dtype=np.float32)
@@ -512,21 +633,38 @@ def vector_recall(run: Run, semantic: dict[str, Any]) -> dict[str, Any]:
         for sid, dist in zip(server, rows[q.id]["distances"], strict=False):
             if sid in index_of and dist is not None:
                 diffs.append(abs((1.0 - float(sim[index_of[sid]])) - float(dist)))
-        per_query.append({"id": q.id, "kind": q.kind, "recallAt10": overlap,
-                          "missed": [i for i in exact if i not in server]})
+        per_query.append(
+            {
+                "id": q.id,
+                "kind": q.kind,
+                "recallAt10": overlap,
+                "missed": [i for i in exact if i not in server],
+            }
+        )
         relevant = relevant_ids(run, q)
         if relevant:
-            exact_rows.append({"kind": q.kind, "subkind": q.subkind, "split": q.split,
-                               "scores": score(exact, relevant)})
+            exact_rows.append(
+                {
+                    "kind": q.kind,
+                    "subkind": q.subkind,
+                    "split": q.split,
+                    "scores": score(exact, relevant),
+                }
+            )
     return {
-        "queries": len(sample), "corpus": len(ids), "k": k,
-        "recallAt10": {"mean": round(float(np.mean(recalls)), 4) if recalls else None,
-                       "min": round(float(np.min(recalls)), 4) if recalls else None,
-                       "perfectShare": round(sum(1 for r in recalls if r == 1.0)
-                                             / max(1, len(recalls)), 4)},
+        "queries": len(sample),
+        "corpus": len(ids),
+        "k": k,
+        "recallAt10": {
+            "mean": round(float(np.mean(recalls)), 4) if recalls else None,
+            "min": round(float(np.min(recalls)), 4) if recalls else None,
+            "perfectShare": round(sum(1 for r in recalls if r == 1.0) / max(1, len(recalls)), 4),
+        },
         "recallAt10TieTolerant": round(float(np.mean(tolerant)), 4) if tolerant else None,
-        "distanceDiff": {"mean": float(np.mean(diffs)) if diffs else None,
-                         "max": float(np.max(diffs)) if diffs else None},
+        "distanceDiff": {
+            "mean": float(np.mean(diffs)) if diffs else None,
+            "max": float(np.max(diffs)) if diffs else None,
+        },
         "embedSeconds": round(embed_s, 2),
         "exactSearchQuality": breakdown(exact_rows)["byKind"],
         "perQuery": [r for r in per_query if r["recallAt10"] < 1.0],
@@ -535,16 +673,21 @@ def vector_recall(run: Run, semantic: dict[str, Any]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- the whole run
 
+
 async def bench(run: Run) -> None:
     args, report = run.args, run.report
     log(f"[server] starting on {run.server.base_url} ({run.database})")
     started = time.monotonic()
-    report["server"] = {"health": await run.server.wait_healthy(180),
-                        "database": run.database,
-                        "startSeconds": round(time.monotonic() - started, 2)}
+    report["server"] = {
+        "health": await run.server.wait_healthy(180),
+        "database": run.database,
+        "startSeconds": round(time.monotonic() - started, 2),
+    }
     report["record"] = await record_corpus(run)
-    log(f"[record] {report['record']['recorded']} recorded, {report['record']['reviewed']} "
-        f"reviewed; the server holds {report['record'].get('serverTotal')} decisions")
+    log(
+        f"[record] {report['record']['recorded']} recorded, {report['record']['reviewed']} "
+        f"reviewed; the server holds {report['record'].get('serverTotal')} decisions"
+    )
     run.save()
     report["modes"] = []
     for mode in args.mode_list:
@@ -554,15 +697,17 @@ async def bench(run: Run) -> None:
         report["modes"].append(entry)
         run.save()
         if not run.server.running():
-            raise BenchError(f"the server died during mode {mode}; its log ends with:\n"
-                             f"{run.server.log_tail()}")
+            raise BenchError(
+                f"the server died during mode {mode}; its log ends with:\n{run.server.log_tail()}"
+            )
     if args.announce:
         t0 = time.monotonic()
         report["announceIntent"] = await measure_announce(run)
         report["announceIntent"]["seconds"] = round(time.monotonic() - t0, 2)
         run.save()
-    semantic = next((m for m in report["modes"] if m["mode"] == "semantic"
-                     and m.get("supported")), None)
+    semantic = next(
+        (m for m in report["modes"] if m["mode"] == "semantic" and m.get("supported")), None
+    )
     if args.vector_recall:
         if semantic is None:
             report["vectorRecall"] = {"skipped": "needs the semantic mode's results"}
@@ -575,6 +720,7 @@ async def bench(run: Run) -> None:
 
 
 # ---------------------------------------------------------------- report
+
 
 def _f(value: Any, digits: int = 3) -> str:
     if value is None:
@@ -590,10 +736,13 @@ def _triple(agg: dict[str, Any], names: Sequence[str]) -> str:
     return "".join(f"{_f(agg.get(n)):>{w}}" for n, w in zip(names, (6, 7, 7), strict=True))
 
 
-def render_table(by_kind: dict[str, Any], names: Sequence[str], heads: str,
-                 by_subkind: dict[str, Any] | None = None) -> list[str]:
-    lines = [f"{'kind':<30}{'n':>5} |{'all: ' + heads:>21} |{'tuning':>21} |"
-             f"{'held-out':>21}"]
+def render_table(
+    by_kind: dict[str, Any],
+    names: Sequence[str],
+    heads: str,
+    by_subkind: dict[str, Any] | None = None,
+) -> list[str]:
+    lines = [f"{'kind':<30}{'n':>5} |{'all: ' + heads:>21} |{'tuning':>21} |{'held-out':>21}"]
     for kind, splits in by_kind.items():
         row = f"{kind:<30}{splits['all']['n']:>5} |"
         row += " |".join(f"{_triple(splits[s], names):>21}" for s in ("all", *SPLITS))
@@ -605,16 +754,20 @@ def render_table(by_kind: dict[str, Any], names: Sequence[str], heads: str,
 
 def render(report: dict[str, Any]) -> str:
     cfg, corpus = report.get("config", {}), report.get("corpus", {})
-    lines = ["", f"== retrieval quality: {corpus.get('decisions')} decisions, "
-                 f"{corpus.get('queries')} queries (seed {cfg.get('seed')}, corpus "
-                 f"{corpus.get('fingerprint')}, {report.get('server', {}).get('database')}) =="]
+    lines = [
+        "",
+        f"== retrieval quality: {corpus.get('decisions')} decisions, "
+        f"{corpus.get('queries')} queries (seed {cfg.get('seed')}, corpus "
+        f"{corpus.get('fingerprint')}, {report.get('server', {}).get('database')}) ==",
+    ]
     rec = report.get("record") or {}
     if rec:
         lines.append(
             f"recorded {rec.get('recorded')} in {rec.get('recordSeconds')} s "
             f"({rec.get('recordRatePerS')}/s), reviewed {rec.get('reviewed')}, errors "
             f"{rec.get('recordErrors') or rec.get('reviewErrors') or 'none'}; phases separated "
-            f"at {rec.get('dateAfterCutoff')}: {rec.get('phasesSeparated')}")
+            f"at {rec.get('dateAfterCutoff')}: {rec.get('phasesSeparated')}"
+        )
     heads = "R@5   MRR  nDCG"
     for m in report.get("modes", []):
         if not m.get("supported"):
@@ -622,31 +775,44 @@ def render(report: dict[str, Any]) -> str:
             continue
         lat = m.get("latencyMs", {})
         lines.append("")
-        lines.append(f"-- mode {m['mode']}: recall@5 / MRR@10 / nDCG@10; queryDecisions "
-                     f"latency p50 {_f(lat.get('p50'), 1)} ms, p95 {_f(lat.get('p95'), 1)} ms "
-                     f"(n={lat.get('n')}), errors {m.get('errors') or 'none'} --")
+        lines.append(
+            f"-- mode {m['mode']}: recall@5 / MRR@10 / nDCG@10; queryDecisions "
+            f"latency p50 {_f(lat.get('p50'), 1)} ms, p95 {_f(lat.get('p95'), 1)} ms "
+            f"(n={lat.get('n')}), errors {m.get('errors') or 'none'} --"
+        )
         if m.get("filterViolations"):
-            lines.append(f"   WARNING: {m['filterViolations']} returned decision(s) break the "
-                         "query's filters (see filterViolations in the JSON)")
+            lines.append(
+                f"   WARNING: {m['filterViolations']} returned decision(s) break the "
+                "query's filters (see filterViolations in the JSON)"
+            )
         if m.get("answeredOtherModes"):
-            lines.append(f"   WARNING: some answers named another mode: "
-                         f"{m['answeredOtherModes']}")
-        lines.extend(render_table(m.get("byKind", {}), ("recallAt5", "mrrAt10", "ndcgAt10"),
-                                  heads, m.get("bySubkind")))
-        ses = [agg.get("mrrAt10Se") for splits in m.get("byKind", {}).values()
-               for agg in splits.values() if agg.get("mrrAt10Se") is not None]
+            lines.append(f"   WARNING: some answers named another mode: {m['answeredOtherModes']}")
+        lines.extend(
+            render_table(
+                m.get("byKind", {}), ("recallAt5", "mrrAt10", "ndcgAt10"), heads, m.get("bySubkind")
+            )
+        )
+        ses = [
+            agg.get("mrrAt10Se")
+            for splits in m.get("byKind", {}).values()
+            for agg in splits.values()
+            if agg.get("mrrAt10Se") is not None
+        ]
         if ses:
-            lines.append(f"   (standard error of these means: {min(ses):.3f}-{max(ses):.3f} for "
-                         "MRR@10; each metric's is in the JSON as <metric>Se)")
+            lines.append(
+                f"   (standard error of these means: {min(ses):.3f}-{max(ses):.3f} for "
+                "MRR@10; each metric's is in the JSON as <metric>Se)"
+            )
     ann = report.get("announceIntent")
     if ann:
         lat = ann.get("latencyMs", {})
         lines.append("")
-        lines.append(f"-- announceIntent similarDecisions (paraphrase queries, filtered by the "
-                     f"target's category, top 5): recall@5 / MRR@5 / nDCG@5; latency p50 "
-                     f"{_f(lat.get('p50'), 1)} ms, p95 {_f(lat.get('p95'), 1)} ms --")
-        lines.extend(render_table(ann.get("byKind", {}), ("recallAt5", "mrrAt5", "ndcgAt5"),
-                                  heads))
+        lines.append(
+            f"-- announceIntent similarDecisions (paraphrase queries, filtered by the "
+            f"target's category, top 5): recall@5 / MRR@5 / nDCG@5; latency p50 "
+            f"{_f(lat.get('p50'), 1)} ms, p95 {_f(lat.get('p95'), 1)} ms --"
+        )
+        lines.extend(render_table(ann.get("byKind", {}), ("recallAt5", "mrrAt5", "ndcgAt5"), heads))
     vr = report.get("vectorRecall")
     if vr:
         lines.append("")
@@ -659,11 +825,17 @@ def render(report: dict[str, Any]) -> str:
                 f"filters, {vr['corpus']} decisions): recall@10 mean {_f(r10['mean'])}, min "
                 f"{_f(r10['min'])}, {_f(100 * r10['perfectShare'], 1)}% of queries identical; "
                 f"tie-tolerant {_f(vr['recallAt10TieTolerant'])}; |server distance - exact| "
-                f"mean {_f(dd['mean'], 6)} max {_f(dd['max'], 6)} --")
-            lines.append("   the same queries ranked by exact search (what a perfect index "
-                         "would score):")
-            lines.extend("   " + line for line in render_table(
-                vr.get("exactSearchQuality", {}), ("recallAt5", "mrrAt10", "ndcgAt10"), heads))
+                f"mean {_f(dd['mean'], 6)} max {_f(dd['max'], 6)} --"
+            )
+            lines.append(
+                "   the same queries ranked by exact search (what a perfect index would score):"
+            )
+            lines.extend(
+                "   " + line
+                for line in render_table(
+                    vr.get("exactSearchQuality", {}), ("recallAt5", "mrrAt10", "ndcgAt10"), heads
+                )
+            )
     show = report.get("config", {}).get("show_failures", 0)
     for m in report.get("modes", []):
         if not m.get("supported") or not show:
@@ -674,18 +846,23 @@ def render(report: dict[str, Any]) -> str:
                 misses[q["kind"]].append(q)
         if misses:
             lines.append("")
-            lines.append(f"-- {m['mode']}: queries with no relevant decision in the top "
-                         f"{LIMIT} (first {show} per kind; all in the JSON) --")
+            lines.append(
+                f"-- {m['mode']}: queries with no relevant decision in the top "
+                f"{LIMIT} (first {show} per kind; all in the JSON) --"
+            )
         for kind in KINDS:
             for q in misses.get(kind, [])[:show]:
                 filt = f" filters={q['filters']}" if q.get("filters") else ""
-                lines.append(f"  [{kind}] {q['text']!r}{filt}: {len(q['relevant'])} relevant; "
-                             f"top 3: {q.get('titles')}")
+                lines.append(
+                    f"  [{kind}] {q['text']!r}{filt}: {len(q['relevant'])} relevant; "
+                    f"top 3: {q.get('titles')}"
+                )
             if misses.get(kind):
                 lines.append(f"  [{kind}] {len(misses[kind])} such queries in all")
     if report.get("serverLogProblemCount"):
-        lines.append(f"== the server logged {report['serverLogProblemCount']} error line(s); "
-                     "first ones: ==")
+        lines.append(
+            f"== the server logged {report['serverLogProblemCount']} error line(s); first ones: =="
+        )
         lines.extend(f"  {p}" for p in report.get("serverLogProblems", [])[:5])
     if report.get("aborted"):
         lines.append(f"== ABORTED: {report['aborted']} ==")
@@ -695,19 +872,21 @@ def render(report: dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------- main
 
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     wall = time.monotonic()
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    out = (Path(args.out) if args.out
-           else REPO_ROOT / "bench" / "results" / f"quality-{stamp}.json")
+    out = Path(args.out) if args.out else REPO_ROOT / "bench" / "results" / f"quality-{stamp}.json"
     t0 = time.monotonic()
     corpus = generate(args.seed, args.decisions, args.queries)
     gen_s = time.monotonic() - t0
-    log(f"[corpus] {len(corpus.decisions)} decisions, {len(corpus.queries)} queries in "
-        f"{gen_s:.2f} s (fingerprint {corpus.fingerprint()})")
+    log(
+        f"[corpus] {len(corpus.decisions)} decisions, {len(corpus.queries)} queries in "
+        f"{gen_s:.2f} s (fingerprint {corpus.fingerprint()})"
+    )
     tmp = Path(tempfile.mkdtemp(prefix="cstp-quality-"))
     token = secrets.token_urlsafe(24)
     port = free_port()
@@ -720,16 +899,28 @@ def main(argv: list[str] | None = None) -> int:
         log(f"[postgres] created database {pg_name}")
     database = f"postgres:{pg_name}" if pg_name else "sqlite"
     server = ServerProcess(
-        server_env(os.environ, data_dir=tmp / "data", decisions_dir=tmp / "decisions",
-                   token=token, port=port, database_url=database_url,
-                   max_batch=args.seed_batch),
-        port, tmp / "server.log")
+        server_env(
+            os.environ,
+            data_dir=tmp / "data",
+            decisions_dir=tmp / "decisions",
+            token=token,
+            port=port,
+            database_url=database_url,
+            max_batch=args.seed_batch,
+        ),
+        port,
+        tmp / "server.log",
+    )
     run = Run(args, corpus, token, server, database, out, tmp)
     run.report = {
         "benchmark": "retrieval-quality",
         "startedAt": datetime.now(UTC).isoformat(),
-        "command": [sys.executable, "-m", "bench.quality",
-                    *(argv if argv is not None else sys.argv[1:])],
+        "command": [
+            sys.executable,
+            "-m",
+            "bench.quality",
+            *(argv if argv is not None else sys.argv[1:]),
+        ],
         "config": {k: v for k, v in vars(args).items() if k != "mode_list"},
         "metrics": {
             "recallAt5": "relevant in the top 5 / min(5, number relevant)",
@@ -737,10 +928,14 @@ def main(argv: list[str] | None = None) -> int:
             "mrrAt10": "1 / rank of the first relevant in the top 10, 0 if none",
             "ndcgAt10": "binary-relevance DCG@10 / ideal DCG@10",
         },
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                    "python": platform.python_version(), "loadAvgStart": loadavg()},
-        "git": git_info(), "corpus": {**corpus.summary(),
-                                      "generateSeconds": round(gen_s, 3)},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "loadAvgStart": loadavg(),
+        },
+        "git": git_info(),
+        "corpus": {**corpus.summary(), "generateSeconds": round(gen_s, 3)},
         "labelledQueries": [q.as_json() for q in corpus.queries],
         "aborted": None,
     }

@@ -4,16 +4,10 @@ deterministic for a seed, big enough, and every label holds by construction."""
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
-if str(ROOT) not in sys.path:  # bench/ is not an installed package; the repo root holds it
-    sys.path.insert(0, str(ROOT))
-
-from bench.quality_corpus import KINDS, LATE, SPLITS, THEMES, Corpus, generate  # noqa: E402
+from bench.quality_corpus import KINDS, LATE, SPLITS, THEMES, Corpus, generate
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +27,7 @@ def _text(d) -> str:
 
 def _grams(text: str) -> set[tuple[str, ...]]:
     w = re.findall(r"[a-z0-9]+", text.lower())
-    return {tuple(w[i:i + 4]) for i in range(len(w) - 3)}
+    return {tuple(w[i : i + 4]) for i in range(len(w) - 3)}
 
 
 def _satisfies(d, filters: dict) -> bool:
@@ -58,10 +52,10 @@ def test_same_seed_same_corpus_other_seed_other_corpus(small: Corpus) -> None:
     assert generate(seed=8, n_decisions=300, n_queries=60).fingerprint() != small.fingerprint()
 
 
-@pytest.mark.parametrize("name,n_decisions,n_queries",
-                         [("small", 300, 60), ("default", 2000, 320)])
-def test_counts_kinds_and_splits(name: str, n_decisions: int, n_queries: int,
-                                 request: pytest.FixtureRequest) -> None:
+@pytest.mark.parametrize("name,n_decisions,n_queries", [("small", 300, 60), ("default", 2000, 320)])
+def test_counts_kinds_and_splits(
+    name: str, n_decisions: int, n_queries: int, request: pytest.FixtureRequest
+) -> None:
     corpus: Corpus = request.getfixturevalue(name)
     assert len(corpus.decisions) >= n_decisions
     assert len(corpus.queries) >= n_queries
