@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from msgspec import Meta
 
-from app.decisions.schemas import ShortText, Stakes, Struct
+from app.wire import ShortText, Stakes, Struct
 
 GroupBy = Literal["category", "stakes", "agent", "confidenceBucket"]
 MinDecisions = Annotated[int, Meta(ge=1, le=1_000_000_000)]

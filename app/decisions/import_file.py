@@ -23,18 +23,17 @@ from sqlalchemy import ColumnElement, String
 from app.db.decisions import Decision, DecisionReason, DecisionTag
 from app.errors import CstpError
 from app.operations.params import decode, nul_path
+from app.wire import Outcome, Stakes
 
 from .document import summarize
 from .schemas import (
     MentalState,
-    Outcome,
     ReasonType,
     RecordDecisionParams,
     ReviewDecisionParams,
-    Stakes,
 )
 
-# The values the wire accepts (app.decisions.schemas), as sets.
+# The values the wire accepts (app.wire, app.decisions.schemas), as sets.
 STAKES = set(get_args(Stakes))
 OUTCOMES = set(get_args(Outcome))
 REASON_TYPES = set(get_args(ReasonType))

@@ -1,4 +1,5 @@
-"""Wire structs of the decision methods: strict at the edge, camelCase on the wire."""
+"""Wire structs of the decision methods: strict at the edge, camelCase on the wire. The types
+several contexts share are in app.wire."""
 
 from __future__ import annotations
 
@@ -7,19 +8,22 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-NonBlank = Annotated[str, Meta(pattern=r"\S", max_length=20_000)]
-ShortText = Annotated[str, Meta(pattern=r"\S", max_length=256)]
-Unit = Annotated[float, Meta(ge=0.0, le=1.0)]
-Tag = Annotated[str, Meta(pattern=r"\S", max_length=128)]
-# Whole-string patterns are anchored with \A and \Z: msgspec searches a pattern, and "$"
-# also matches before a final newline ("b8fe0ca9\n" would pass).
-DecisionId = Annotated[str, Meta(pattern=r"\A[0-9a-f]{8}\Z")]
-# Whole numbers that every database column holds (32-bit integer columns).
-Count = Annotated[int, Meta(ge=0, le=2_147_483_647)]
-CorrelationId = Annotated[str, Meta(pattern=r"\A[A-Za-z0-9._:-]{1,128}\Z")]
-Stakes = Literal["low", "medium", "high", "critical"]
-Status = Literal["pending", "reviewed"]
-Outcome = Literal["success", "partial", "failure", "abandoned"]
+from app.wire import (
+    CorrelationId,
+    Count,
+    DecisionId,
+    DecisionItem,
+    NonBlank,
+    Outcome,
+    ReasonOut,
+    ShortText,
+    Stakes,
+    Status,
+    Struct,
+    Tag,
+    Unit,
+)
+
 ReasonType = Literal[
     "authority",
     "analogy",
@@ -34,10 +38,6 @@ MentalState = Literal["deliberate", "reactive", "exploratory", "habitual", "pres
 ReviewIn = Annotated[str, Meta(pattern=r"\A[1-9][0-9]{0,3}[dwm]\Z")]
 Order = Literal["asc", "desc"]
 SortKey = Literal["createdAt", "confidence", "category", "stakes", "status"]
-
-
-class Struct(msgspec.Struct, rename="camel", kw_only=True):
-    """Base of every params struct: camelCase names, unknown fields ignored."""
 
 
 class ReasonIn(Struct):
@@ -59,11 +59,11 @@ class RecordDecisionParams(Struct):
     category: ShortText
     stakes: Stakes = "medium"
     context: str | None = None
-    reasons: Annotated[list[ReasonIn], Meta(max_length=100)] = []
-    kpi_indicators: Annotated[list[ShortText], Meta(max_length=100)] = []
+    reasons: Annotated[list[ReasonIn], Meta(max_length=100)] = []  # noqa: RUF012 - a msgspec field
+    kpi_indicators: Annotated[list[ShortText], Meta(max_length=100)] = []  # noqa: RUF012 - a msgspec field
     mental_state: MentalState | None = None
     review_in: ReviewIn | None = None
-    tags: Annotated[list[Tag], Meta(max_length=100)] = []
+    tags: Annotated[list[Tag], Meta(max_length=100)] = []  # noqa: RUF012 - a msgspec field
     pre_decision: PreDecisionIn | None = None
     project: ShortText | None = None
     feature: ShortText | None = None
@@ -86,7 +86,7 @@ class ListDecisionsParams(Struct):
     status: Status | None = None
     agent: ShortText | None = None
     correlation_id: CorrelationId | None = None
-    tags: Annotated[list[Tag], Meta(max_length=50)] = []
+    tags: Annotated[list[Tag], Meta(max_length=50)] = []  # noqa: RUF012 - a msgspec field
     date_from: str | None = None
     date_to: str | None = None
     search: Annotated[str, Meta(max_length=1000)] | None = None
@@ -117,12 +117,6 @@ class ReviewDecisionParams(Struct):
 
 # --- results: what the methods answer (documented by rpc.discover; tests hold the answers to
 # these schemas) ---------------------------------------------------------------------------
-
-
-class ReasonOut(Struct):
-    type: str
-    text: str
-    strength: float
 
 
 class PreDecisionOut(Struct):
@@ -181,28 +175,12 @@ class DecisionOut(Struct):
     correlation_id: str | None
     guardrail_evaluation_id: str | None
     path: str
-    reviews: list[ReviewOut] = []
+    reviews: list[ReviewOut] = []  # noqa: RUF012 - a msgspec field
 
 
 class GetDecisionResult(Struct):
     found: bool
     decision: DecisionOut
-
-
-class DecisionItem(Struct):
-    """A decision in a list: listDecisions items; queryDecisions items extend it."""
-
-    id: str
-    title: str
-    category: str
-    confidence: float
-    stakes: Stakes
-    status: Status
-    date: str
-    agent: str
-    tags: list[str]
-    outcome: Outcome | None = None
-    project: str | None = None
 
 
 class ListedDecision(DecisionItem):

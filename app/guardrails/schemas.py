@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from msgspec import Meta
 
-from app.decisions.schemas import NonBlank, ShortText, Stakes, Struct, Unit
+from app.wire import NonBlank, ShortText, Stakes, Struct, Unit
 
 
 class ActionIn(Struct):

@@ -6,7 +6,8 @@ from typing import Annotated, Any
 
 from msgspec import Meta
 
-from app.decisions.schemas import (
+from app.guardrails.schemas import GuardrailHit
+from app.wire import (
     CorrelationId,
     NonBlank,
     Outcome,
@@ -16,7 +17,6 @@ from app.decisions.schemas import (
     Struct,
     Unit,
 )
-from app.guardrails.schemas import GuardrailHit
 
 
 class AgentIn(Struct):

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from msgspec import Meta
 
-from app.decisions.schemas import (
+from app.wire import (
     Count,
     DecisionItem,
     ReasonOut,
