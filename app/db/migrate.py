@@ -21,6 +21,7 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from . import fulltext
 from .models import Base
 
 T = TypeVar("T")
@@ -132,8 +133,17 @@ async def current(url: str) -> str | None:
     return await _with_connection(url, _current)
 
 
+def include_name(name: str | None, type_: str, _parent_names: Any) -> bool:
+    """What the drift check and autogenerate compare: everything but the keyword index's
+    tables and index, which each database builds its own way and no model describes
+    (``app/db/fulltext.py``)."""
+    return not (type_ in ("table", "index") and fulltext.owned(name))
+
+
 def _drift(connection: Connection) -> list[Any]:
-    context = MigrationContext.configure(connection, opts={"compare_type": True})
+    context = MigrationContext.configure(
+        connection, opts={"compare_type": True, "include_name": include_name}
+    )
     return list(compare_metadata(context, Base.metadata))
 
 

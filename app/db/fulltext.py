@@ -1,0 +1,210 @@
+"""The keyword index of decisions: each database's own full-text search, kept by triggers.
+
+What is indexed: a decision's text, its context, its reasons and its tags (the words an agent
+wrote), in that column order. The database keeps it in the same transaction as the rows, by
+triggers on INSERT into ``decisions``, ``decision_reasons`` and ``decision_tags`` (and on
+DELETE from ``decisions``), so every write path is covered (the group writer, the import)
+and a keyword search sees a decision the moment its transaction commits. A decision's text,
+context, reasons and tags never change after it is recorded (a review writes other columns),
+so inserts and deletes are all there is to follow.
+
+- SQLite: an FTS5 table ``decision_search`` (columns ``decision``, ``context``, ``reasons``,
+  ``tags``) whose rowid is ``decision_search_keys.id``; that small table maps it to the
+  decision's id (an FTS5 rowid must be an integer, and ``decisions`` has none that VACUUM
+  keeps). Tokenizer: ``unicode61`` (letters and digits make tokens, everything else
+  separates them; case and diacritics folded).
+- Postgres: a table ``decision_search`` (``decision_id``, ``document tsvector``) with a GIN
+  index; the four parts are weighted A, B, C, D. Text search configuration ``simple`` (no
+  stemming, no stop words). Statement-level triggers: one UPDATE per decision and table
+  however many reasons or tags one INSERT carries.
+
+Both were chosen by the retrieval-quality benchmark (docs/QUALITY.md). The DDL lives here
+because migrations call it (revision 0008); keep what an existing revision calls stable.
+
+A migration that rebuilds ``decisions``, ``decision_reasons`` or ``decision_tags`` (SQLite's
+batch mode copies a table and drops the old one, and its triggers with it) must call
+``install_triggers`` again afterwards.
+"""
+
+from __future__ import annotations
+
+TABLE = "decision_search"
+KEYS = "decision_search_keys"  # SQLite only
+PG_INDEX = "ix_decision_search_document"
+SQLITE_TOKENIZER = "unicode61"
+PG_CONFIG = "simple"
+#: FTS5 columns, in order (bm25() takes one weight per column, in this order).
+COLUMNS = ("decision", "context", "reasons", "tags")
+#: Postgres weight letters of the same parts.
+PG_WEIGHTS = {"decision": "A", "context": "B", "reasons": "C", "tags": "D"}
+
+
+def owned(name: str | None) -> bool:
+    """Whether a table or index name belongs to the keyword index (FTS5 adds shadow tables
+    named ``decision_search_*``): the models do not describe them, so the drift check and
+    autogenerate leave them alone."""
+    return name is not None and (name == TABLE or name.startswith(TABLE + "_"))
+
+
+# ---------------------------------------------------------------- SQLite
+
+
+def _sqlite_tables(tokenizer: str) -> list[str]:
+    columns = ", ".join(COLUMNS)
+    return [
+        f"CREATE TABLE {KEYS} (id INTEGER PRIMARY KEY, decision_id VARCHAR(8) NOT NULL UNIQUE)",
+        f"CREATE VIRTUAL TABLE {TABLE} USING fts5({columns}, tokenize = '{tokenizer}')",
+    ]
+
+
+_SQLITE_ROW = f"(SELECT id FROM {KEYS} WHERE decision_id = NEW.decision_id)"
+
+
+def _sqlite_triggers() -> list[str]:
+    return [
+        # A new decision: its key, then its row (reasons and tags are inserted after it).
+        f"CREATE TRIGGER trg_decisions_search_insert AFTER INSERT ON decisions BEGIN "
+        f"INSERT INTO {KEYS} (decision_id) VALUES (NEW.id); "
+        f"INSERT INTO {TABLE} (rowid, decision, context, reasons, tags) VALUES "
+        f"((SELECT id FROM {KEYS} WHERE decision_id = NEW.id), NEW.decision, "
+        f"coalesce(NEW.context, ''), '', ''); END",
+        f"CREATE TRIGGER trg_decision_reasons_search AFTER INSERT ON decision_reasons BEGIN "
+        f"UPDATE {TABLE} SET reasons = CASE WHEN reasons = '' THEN NEW.text "
+        f"ELSE reasons || char(10) || NEW.text END WHERE rowid = {_SQLITE_ROW}; END",
+        f"CREATE TRIGGER trg_decision_tags_search AFTER INSERT ON decision_tags BEGIN "
+        f"UPDATE {TABLE} SET tags = CASE WHEN tags = '' THEN NEW.tag "
+        f"ELSE tags || ' ' || NEW.tag END WHERE rowid = {_SQLITE_ROW}; END",
+        # BEFORE: the key must still be there to find the row (and no foreign key action
+        # may have removed it first).
+        f"CREATE TRIGGER trg_decisions_search_delete BEFORE DELETE ON decisions BEGIN "
+        f"DELETE FROM {TABLE} WHERE rowid = (SELECT id FROM {KEYS} WHERE decision_id = OLD.id); "
+        f"DELETE FROM {KEYS} WHERE decision_id = OLD.id; END",
+    ]
+
+
+_SQLITE_TRIGGERS = (
+    "trg_decisions_search_insert",
+    "trg_decision_reasons_search",
+    "trg_decision_tags_search",
+    "trg_decisions_search_delete",
+)
+
+
+def _sqlite_fill() -> list[str]:
+    """Index the decisions already stored (reasons and tags in their recorded order)."""
+    return [
+        f"INSERT INTO {KEYS} (decision_id) SELECT id FROM decisions ORDER BY created_at, id",
+        f"INSERT INTO {TABLE} (rowid, decision, context, reasons, tags) "
+        f"SELECT k.id, d.decision, coalesce(d.context, ''), "
+        f"coalesce((SELECT group_concat(text, char(10)) FROM "
+        f"(SELECT text FROM decision_reasons r WHERE r.decision_id = d.id "
+        f"ORDER BY r.position, r.id)), ''), "
+        f"coalesce((SELECT group_concat(tag, ' ') FROM "
+        f"(SELECT tag FROM decision_tags t WHERE t.decision_id = d.id "
+        f"ORDER BY t.position)), '') "
+        f"FROM {KEYS} k JOIN decisions d ON d.id = k.decision_id",
+    ]
+
+
+# ---------------------------------------------------------------- Postgres
+
+
+def _pg_part(column: str, expression: str, config: str) -> str:
+    weight = PG_WEIGHTS[column]
+    return f"setweight(to_tsvector('{config}', {expression}), '{weight}')"
+
+
+def _pg_tables() -> list[str]:
+    return [
+        f"CREATE TABLE {TABLE} (decision_id VARCHAR(8) NOT NULL, document TSVECTOR NOT NULL, "
+        f"CONSTRAINT pk_{TABLE} PRIMARY KEY (decision_id), "
+        f"CONSTRAINT fk_{TABLE}_decision_id_decisions FOREIGN KEY (decision_id) "
+        f"REFERENCES decisions (id) ON DELETE CASCADE)",
+        f"CREATE INDEX {PG_INDEX} ON {TABLE} USING GIN (document)",
+    ]
+
+
+def _pg_triggers(config: str) -> list[str]:
+    decision = _pg_part("decision", "n.decision", config)
+    context = _pg_part("context", "coalesce(n.context, '')", config)
+    reasons = _pg_part("reasons", "string_agg(n.text, E'\\n' ORDER BY n.position, n.id)", config)
+    tags = _pg_part("tags", "string_agg(n.tag, ' ' ORDER BY n.position)", config)
+    return [
+        f"CREATE FUNCTION cstp_search_decisions() RETURNS trigger LANGUAGE plpgsql AS $$ "
+        f"BEGIN INSERT INTO {TABLE} (decision_id, document) "
+        f"SELECT n.id, {decision} || {context} FROM new_rows n; RETURN NULL; END $$",
+        f"CREATE FUNCTION cstp_search_reasons() RETURNS trigger LANGUAGE plpgsql AS $$ "
+        f"BEGIN UPDATE {TABLE} s SET document = s.document || x.part FROM "
+        f"(SELECT n.decision_id, {reasons} AS part FROM new_rows n GROUP BY n.decision_id) x "
+        f"WHERE s.decision_id = x.decision_id; RETURN NULL; END $$",
+        f"CREATE FUNCTION cstp_search_tags() RETURNS trigger LANGUAGE plpgsql AS $$ "
+        f"BEGIN UPDATE {TABLE} s SET document = s.document || x.part FROM "
+        f"(SELECT n.decision_id, {tags} AS part FROM new_rows n GROUP BY n.decision_id) x "
+        f"WHERE s.decision_id = x.decision_id; RETURN NULL; END $$",
+        "CREATE TRIGGER trg_decisions_search AFTER INSERT ON decisions "
+        "REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT "
+        "EXECUTE FUNCTION cstp_search_decisions()",
+        "CREATE TRIGGER trg_decision_reasons_search AFTER INSERT ON decision_reasons "
+        "REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT "
+        "EXECUTE FUNCTION cstp_search_reasons()",
+        "CREATE TRIGGER trg_decision_tags_search AFTER INSERT ON decision_tags "
+        "REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT "
+        "EXECUTE FUNCTION cstp_search_tags()",
+    ]
+
+
+_PG_TRIGGERS = (
+    ("trg_decisions_search", "decisions", "cstp_search_decisions"),
+    ("trg_decision_reasons_search", "decision_reasons", "cstp_search_reasons"),
+    ("trg_decision_tags_search", "decision_tags", "cstp_search_tags"),
+)
+
+
+def _pg_fill(config: str) -> list[str]:
+    decision = _pg_part("decision", "d.decision", config)
+    context = _pg_part("context", "coalesce(d.context, '')", config)
+    reasons = _pg_part("reasons", "string_agg(n.text, E'\\n' ORDER BY n.position, n.id)", config)
+    tags = _pg_part("tags", "string_agg(n.tag, ' ' ORDER BY n.position)", config)
+    return [
+        f"INSERT INTO {TABLE} (decision_id, document) "
+        f"SELECT d.id, {decision} || {context} "
+        f"|| coalesce((SELECT {reasons} FROM decision_reasons n WHERE n.decision_id = d.id), '') "
+        f"|| coalesce((SELECT {tags} FROM decision_tags n WHERE n.decision_id = d.id), '') "
+        f"FROM decisions d",
+        f"ANALYZE {TABLE}",
+    ]
+
+
+# ---------------------------------------------------------------- what migrations call
+
+
+def install(
+    dialect: str, *, tokenizer: str = SQLITE_TOKENIZER, config: str = PG_CONFIG
+) -> list[str]:
+    """The statements that create the keyword index, fill it from the rows already stored
+    and install the triggers that keep it."""
+    if dialect == "sqlite":
+        return [*_sqlite_tables(tokenizer), *_sqlite_fill(), *_sqlite_triggers()]
+    return [*_pg_tables(), *_pg_fill(config), *_pg_triggers(config)]
+
+
+def install_triggers(dialect: str, *, config: str = PG_CONFIG) -> list[str]:
+    """Only the triggers (after a migration rebuilt one of the tables they sit on)."""
+    if dialect == "sqlite":
+        return _sqlite_triggers()
+    return [s for s in _pg_triggers(config) if s.startswith("CREATE TRIGGER")]
+
+
+def remove(dialect: str) -> list[str]:
+    """The statements that drop the keyword index, its triggers and its functions."""
+    if dialect == "sqlite":
+        return [
+            *(f"DROP TRIGGER IF EXISTS {name}" for name in _SQLITE_TRIGGERS),
+            f"DROP TABLE IF EXISTS {TABLE}",
+            f"DROP TABLE IF EXISTS {KEYS}",
+        ]
+    return [
+        *(f"DROP TRIGGER IF EXISTS {name} ON {table}" for name, table, _ in _PG_TRIGGERS),
+        *(f"DROP FUNCTION IF EXISTS {function}()" for _, _, function in _PG_TRIGGERS),
+        f"DROP TABLE IF EXISTS {TABLE}",
+    ]
