@@ -18,12 +18,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import func, select
-
 from app.db.decisions import Decision
 from app.outbox.failures import PERMANENT, classify
 
-from .document import load_decisions
+from . import repository
 from .export import render, target_path, write_atomic
 
 if TYPE_CHECKING:
@@ -77,19 +75,16 @@ async def export_all(
     db = services.db
     root = services.settings.decisions_dir
     async with db.transaction(write=False) as session:
-        total = int(await session.scalar(select(func.count()).select_from(Decision)) or 0)
+        total = await repository.count_all(session)
     done = 0
     failed: list[tuple[str, str]] = []
     last_id: str | None = None
     while True:
         async with db.transaction(write=False) as session:
-            query = select(Decision.id).order_by(Decision.id).limit(batch)
-            if last_id is not None:
-                query = query.where(Decision.id > last_id)
-            ids = list(await session.scalars(query))
+            ids = await repository.ids_after(session, last_id, batch)
             if not ids:
                 break
-            loaded = await load_decisions(session, ids)
+            loaded = await repository.load_decisions(session, ids)
         decisions = [loaded[i] for i in ids if i in loaded]  # a row deleted meanwhile is skipped
         failed += await asyncio.to_thread(_write_batch, root, decisions)
         done += len(decisions)

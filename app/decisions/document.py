@@ -1,26 +1,27 @@
 """One place that turns a decision row into what the outside world sees of it.
 
 The YAML export, the vector index entry and the wire shape are all built here, from the row,
-so record, review, reindex and import can never drift apart.
+so record, review, reindex and import can never drift apart. The rows are read and written by
+app.decisions.repository.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
-from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, select
-from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import selectinload
-
-from app.db.decisions import Decision, DecisionReason, DecisionTag
-from app.errors import decision_not_found
+from app.db.decisions import Decision
 from app.runtime import iso
 from app.search.filters import tag_metadata
 from app.search.types import IndexEntry
+
+from .repository import Brief as Brief  # app.search reads it as document.Brief too
+
+# used by app.search until it imports the repository (load_decisions: by app.outbox too)
+from .repository import add_reasons as add_reasons
+from .repository import add_tags as add_tags
+from .repository import load_briefs as load_briefs
+from .repository import load_decisions as load_decisions
 
 SUMMARY_LENGTH = 120
 
@@ -40,100 +41,6 @@ def relative_path(decision: Decision) -> str:
     # The year zero-padded by hand: strftime's %Y gives "1", not "0001", for the year 1 here.
     year, month, day = f"{created.year:04d}", f"{created.month:02d}", f"{created.day:02d}"
     return f"decisions/{year}/{month}/{year}-{month}-{day}-decision-{decision.id}.yaml"
-
-
-@dataclass(slots=True)
-class Brief:
-    """A decision as a search reads it: these columns as plain values (no ORM object to build
-    or track), then its tags and reasons when the search asked for them. ``list_item``,
-    ``index_metadata`` and ``reasons_of`` read it like a ``Decision``."""
-
-    id: str
-    summary: str
-    category: str
-    confidence: float
-    stakes: str
-    status: str
-    created_at: datetime
-    recorded_by: str
-    project: str | None
-    feature: str | None
-    pr: int | None
-    outcome: str | None
-    actual_result: str | None
-    lessons: str | None
-    review_notes: str | None
-    tag_names: list[str] = field(default_factory=list)
-    reasons: list[Any] = field(default_factory=list)
-
-
-# What a search reads of a row: the columns named by Brief's fields, in that order.
-SEARCH_COLUMNS = tuple(
-    getattr(Decision, f.name) for f in fields(Brief) if f.name not in ("tag_names", "reasons")
-)
-
-# Built once: building a statement (and its cache key) costs more than running it here.
-_BRIEFS = select(*SEARCH_COLUMNS).where(Decision.id.in_(bindparam("ids", expanding=True)))
-_TAGS = (
-    select(DecisionTag.decision_id, DecisionTag.tag)
-    .where(DecisionTag.decision_id.in_(bindparam("ids", expanding=True)))
-    .order_by(DecisionTag.decision_id, DecisionTag.position)
-)
-_REASONS = (
-    select(
-        DecisionReason.decision_id,
-        DecisionReason.type,
-        DecisionReason.text,
-        DecisionReason.strength,
-    )
-    .where(DecisionReason.decision_id.in_(bindparam("ids", expanding=True)))
-    .order_by(DecisionReason.decision_id, DecisionReason.position)
-)
-
-
-def load_briefs(conn: Connection, ids: Sequence[str]) -> dict[str, Brief]:
-    """SEARCH_COLUMNS of the rows with these ids (absent ids are left out); no tags yet."""
-    if not ids:
-        return {}
-    return {row[0]: Brief(*row) for row in conn.execute(_BRIEFS, {"ids": list(ids)})}
-
-
-def add_tags(conn: Connection, briefs: Sequence[Brief]) -> None:
-    """Fill ``tag_names`` of ``briefs``, in each decision's tag order."""
-    by_id = {b.id: b for b in briefs}
-    if by_id:
-        for decision_id, tag in conn.execute(_TAGS, {"ids": list(by_id)}):
-            by_id[decision_id].tag_names.append(tag)
-
-
-def add_reasons(conn: Connection, briefs: Sequence[Brief]) -> None:
-    """Fill ``reasons`` of ``briefs`` (rows with type, text and strength), in order."""
-    by_id = {b.id: b for b in briefs}
-    if by_id:
-        for row in conn.execute(_REASONS, {"ids": list(by_id)}):
-            by_id[row.decision_id].reasons.append(row)
-
-
-async def load_decisions(session: AsyncSession, ids: Sequence[str]) -> dict[str, Decision]:
-    """Rows by id with every column, their tags and their reasons."""
-    if not ids:
-        return {}
-    # Tags and reasons each by ``decision_id IN (...)``: a join would let Postgres hash-join
-    # against a full scan of decision_tags, which grows with the corpus.
-    rows = await session.scalars(
-        select(Decision)
-        .where(Decision.id.in_(list(ids)))
-        .options(selectinload(Decision.tags), selectinload(Decision.reasons))
-    )
-    return {row.id: row for row in rows}
-
-
-async def load_one(session: AsyncSession, decision_id: str) -> Decision:
-    """One row as ``load_decisions`` loads it; -32007 (decision not found) when there is none."""
-    found = await load_decisions(session, [decision_id])
-    if decision_id not in found:
-        raise decision_not_found(decision_id)
-    return found[decision_id]
 
 
 def tags_of(decision: Decision | Brief) -> list[str]:

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
-from app.db.decisions import Decision, DecisionReview
+from app.db.decisions import Decision
 
+from . import repository
 from .import_file import Unreadable, parse_file
 
 if TYPE_CHECKING:
@@ -123,32 +123,16 @@ async def _store(
     added: list[str] = []
     async with services.db.transaction(write=True) as session:
         ids = [d.id for d in decisions]
-        known = set(await session.scalars(select(Decision.id).where(Decision.id.in_(ids))))
+        known = await repository.stored_ids(session, ids)
         for decision in decisions:
             if decision.id in known:
                 existing += 1
                 continue
             known.add(decision.id)
-            session.add(decision)
-            if decision.outcome is not None:
-                session.add(_history_row(decision))
+            repository.add_imported(session, decision)
             # Due at once: this command (or a running server) carries them out.
             services.relay.enqueue(session, decision.id, leased=False)
             added.append(decision.id)
             new += 1
     new_ids.extend(added)
     return new, existing
-
-
-def _history_row(decision: Decision) -> DecisionReview:
-    assert decision.outcome is not None and decision.reviewed_at is not None
-    return DecisionReview(
-        decision_id=decision.id,
-        outcome=decision.outcome,
-        actual_result=decision.actual_result,
-        lessons=decision.lessons,
-        notes=decision.review_notes,
-        affected_kpis=decision.affected_kpis,
-        reviewed_by=decision.reviewed_by or "import",
-        reviewed_at=decision.reviewed_at,
-    )

@@ -8,40 +8,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.decisions import DecisionReview
 from app.operations.context import CallContext
 from app.runtime import iso
 
-from . import document
+from . import document, repository
 from .schemas import ReviewDecisionParams
 
 
 async def review(ctx: CallContext, p: ReviewDecisionParams) -> dict[str, Any]:
-    decision = await document.load_one(ctx.session, p.id)
+    decision = await repository.load_one(ctx.session, p.id)
     now = ctx.services.runtime.now()
-    ctx.session.add(
-        DecisionReview(
-            decision_id=decision.id,
-            outcome=p.outcome,
-            actual_result=p.actual_result,
-            lessons=p.lessons,
-            notes=p.notes,
-            affected_kpis=p.affected_kpis,
-            reviewed_by=ctx.agent,
-            reviewed_at=now,
-        )
+    repository.add_review(
+        ctx.session,
+        decision,
+        outcome=p.outcome,
+        actual_result=p.actual_result,
+        lessons=p.lessons,
+        notes=p.notes,
+        affected_kpis=p.affected_kpis,
+        reviewed_by=ctx.agent,
+        reviewed_at=now,
     )
-    decision.status = "reviewed"
-    decision.outcome = p.outcome
-    decision.reviewed_at = now
-    decision.reviewed_by = ctx.agent
-    decision.actual_result = p.actual_result
-    decision.lessons = p.lessons
-    decision.review_notes = p.notes
-    decision.affected_kpis = p.affected_kpis
     relay = ctx.services.relay
     events = relay.enqueue(ctx.session, decision.id)
     await ctx.session.flush()
@@ -64,11 +53,7 @@ async def review(ctx: CallContext, p: ReviewDecisionParams) -> dict[str, Any]:
 
 
 async def review_history(session: AsyncSession, decision_id: str) -> list[dict[str, Any]]:
-    rows = await session.scalars(
-        select(DecisionReview)
-        .where(DecisionReview.decision_id == decision_id)
-        .order_by(DecisionReview.reviewed_at, DecisionReview.id)
-    )
+    """The decision's reviews, oldest first, as getDecision answers them."""
     return [
         {
             "outcome": r.outcome,
@@ -79,5 +64,5 @@ async def review_history(session: AsyncSession, decision_id: str) -> list[dict[s
             "reviewedBy": r.reviewed_by,
             "reviewedAt": iso(r.reviewed_at),
         }
-        for r in rows
+        for r in await repository.review_rows(session, decision_id)
     ]

@@ -10,18 +10,14 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Select, case, func, or_, select
-from sqlalchemy.orm import selectinload
-
 from app.db.decisions import Decision, DecisionReason, DecisionTag
 from app.errors import GUARDRAIL_EVAL_FAILED, CstpError, invalid_params
 from app.guardrails.service import Request, Staged, evaluate_request
 from app.intents.service import intent_for_decision
 from app.operations.context import CallContext
-from app.operations.params import parse_timestamp
 from app.runtime import iso
 
-from . import document
+from . import document, repository
 from .reviews import review_history
 from .schemas import (
     GetDecisionParams,
@@ -134,76 +130,16 @@ async def record(ctx: CallContext, p: RecordDecisionParams) -> RecordDecisionRes
 
 
 async def get(ctx: CallContext, p: GetDecisionParams) -> dict[str, Any]:
-    decision = await document.load_one(ctx.session, p.id)
+    decision = await repository.load_one(ctx.session, p.id)
     reviews = await review_history(ctx.session, p.id)
     return {"found": True, "decision": document.wire(decision, reviews=reviews)}
 
 
-STAKES_ORDER = {"low": 0, "medium": 1, "high": 2, "critical": 3}
-_SORT = {
-    "createdAt": Decision.created_at,
-    "confidence": Decision.confidence,
-    "category": Decision.category,
-    "stakes": case(STAKES_ORDER, value=Decision.stakes, else_=-1),  # by severity
-    "status": Decision.status,
-}
-
-
-def _filtered(p: ListDecisionsParams) -> Select[Decision]:
-    query = select(Decision)
-    for column, value in (
-        (Decision.category, p.category),
-        (Decision.stakes, p.stakes),
-        (Decision.status, p.status),
-        (Decision.recorded_by, p.agent),
-        (Decision.correlation_id, p.correlation_id),
-    ):
-        if value is not None:
-            query = query.where(column == value)
-    for tag in _unique(p.tags):
-        query = query.where(
-            select(DecisionTag.decision_id)
-            .where(DecisionTag.decision_id == Decision.id, DecisionTag.tag == tag)
-            .exists()
-        )
-    if p.date_from:
-        query = query.where(Decision.created_at >= parse_timestamp("dateFrom", p.date_from))
-    if p.date_to:
-        # A timestamp is an exclusive end; a bare date means "through that day".
-        end = parse_timestamp("dateTo", p.date_to)
-        if len(p.date_to.strip()) == 10 and end.year < 9999:
-            end += timedelta(days=1)
-        query = query.where(Decision.created_at < end)
-    if p.search and p.search.strip():
-        needle = "%" + _escape_like(p.search.strip().lower()) + "%"
-        query = query.where(
-            or_(
-                func.lower(Decision.decision).like(needle, escape="\\"),
-                func.lower(func.coalesce(Decision.context, "")).like(needle, escape="\\"),
-            )
-        )
-    return query
-
-
-def _escape_like(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
 async def list_decisions(ctx: CallContext, p: ListDecisionsParams) -> dict[str, Any]:
-    query = _filtered(p)
-    total = await ctx.session.scalar(select(func.count()).select_from(query.subquery()))
-    column = _SORT[p.sort]
-    ordering = column.asc() if p.order == "asc" else column.desc()
-    tiebreak = Decision.id.asc() if p.order == "asc" else Decision.id.desc()
-    rows = await ctx.session.scalars(
-        query.options(selectinload(Decision.tags))
-        .order_by(ordering, tiebreak)
-        .offset(p.offset)
-        .limit(p.limit)
-    )
+    total, rows = await repository.list_page(ctx.session, p)
     return {
         "decisions": [document.listed(d) for d in rows],
-        "total": int(total or 0),
+        "total": total,
         "limit": p.limit,
         "offset": p.offset,
     }

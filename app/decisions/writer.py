@@ -30,7 +30,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -41,6 +40,8 @@ from app.errors import STORAGE_ERROR, CstpError
 from app.guardrails.service import Staged, store
 from app.outbox.relay import Relay
 from app.runtime import Runtime
+
+from . import repository
 
 log = logging.getLogger("cstp.decisions")
 
@@ -153,10 +154,7 @@ class RecordWriter:
         time (a colliding id is another decision, recorded at another moment)."""
         wanted = {d.id: d.created_at for d in decisions}
         async with self.db.transaction(write=False) as session:
-            rows = await session.execute(
-                select(Decision.id, Decision.created_at).where(Decision.id.in_(list(wanted)))
-            )
-            found = {row[0]: row[1] for row in rows.all()}
+            found = await repository.created_at_of(session, list(wanted))
         return all(found.get(i) == when for i, when in wanted.items())
 
     async def _commit_group(self, group: list[_Unit], built: _Committed) -> _Committed:
@@ -172,7 +170,7 @@ class RecordWriter:
                     # A colliding id fails the group, which is then written call by call.
                     decision = unit.build()
                     decision.id = self.runtime.decision_id()
-                    session.add(decision)
+                    repository.add_decision(session, decision)
                     committed.append((unit, decision, self.relay.enqueue(session, decision.id)))
                 await session.flush()
                 undo_settle = await self.relay.settle_in(session)
@@ -196,14 +194,8 @@ class RecordWriter:
         overwrite, even when two transactions draw the same id at once."""
         for _ in range(MAX_ID_DRAWS):
             decision.id = self.runtime.decision_id()
-            try:
-                async with session.begin_nested():
-                    session.add(decision)
-                    await session.flush()
+            if await repository.try_insert(session, decision):
                 return
-            except IntegrityError:
-                # Rolling back the savepoint already took ``decision`` out of the session.
-                continue
         raise CstpError(STORAGE_ERROR, "Storage error: no free decision id could be drawn")
 
     async def _deliver(self, committed: _Committed) -> None:
