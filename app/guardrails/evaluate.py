@@ -3,6 +3,8 @@
 Pure and synchronous: no I/O, so the same facts and rule set always give the same verdict and
 the caller can store that verdict (with ``version``) for audit. A rule that cannot be evaluated
 fails closed when it blocks: a type mix-up in a request must never wave a risky action through.
+A shadow rule is evaluated the same way, but only its audit record (``RuleCheck.would``) says
+what it would have done: it never touches the verdict, the counts or the answer.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.guardrails.rules import Action, Condition, Rule, RuleSet, Scalar
+from app.guardrails.rules import Action, Condition, Mode, Rule, RuleSet, Scalar
 
 MAX_RENDERED_FACT = 200
 """Facts are caller input; a long one is cut so it cannot flood every message it appears in."""
@@ -59,17 +61,25 @@ class RuleResult:
 
 @dataclass(frozen=True)
 class RuleCheck:
-    """Audit record of one applicable rule: did it fire, or why could it not be evaluated."""
+    """Audit record of one applicable rule: did it fire, or why could it not be evaluated.
+
+    A shadow rule never fires; ``would`` says it would have blocked or warned (by its
+    ``severity``) had it been enforced. ``message`` is set for a rule that fired, would have,
+    or could not be evaluated."""
 
     guardrail_id: str
     severity: Action
     fired: bool
     error: str | None = None
+    mode: Mode = "enforce"
+    would: bool = False
+    message: str | None = None
 
 
 @dataclass(frozen=True)
 class Evaluation:
-    """The verdict. ``allowed`` is False exactly when a block rule fired or failed."""
+    """The verdict. ``allowed`` is False exactly when an enforced block rule fired or failed;
+    ``evaluated`` counts the enforced rules that applied (shadow ones are only in ``results``)."""
 
     allowed: bool
     violations: tuple[RuleResult, ...]
@@ -87,33 +97,43 @@ def evaluate(rule_set: RuleSet, facts: Mapping[str, Any], scope: str | None) -> 
     violations: list[RuleResult] = []
     warnings: list[RuleResult] = []
     checks: list[RuleCheck] = []
-    errors = 0
+    errors = enforced = 0
     for rule in applicable:
+        shadow = rule.mode == "shadow"
+        enforced += not shadow
         bucket = violations if rule.action == "block" else warnings
         try:
             fired = rule_fires(rule, facts)
         except Exception as exc:  # any failure must fail closed, not crash
-            errors += 1
             detail = str(exc) or type(exc).__name__
-            checks.append(RuleCheck(rule.id, rule.action, fired=False, error=detail))
+            message = f"Guardrail '{rule.id}' could not be evaluated"
+            if shadow:  # it would have failed closed (block) or warned
+                checks.append(_shadow(rule, True, message, detail))
+                continue
+            errors += 1
+            checks.append(RuleCheck(rule.id, rule.action, False, detail, message=message))
             bucket.append(
                 RuleResult(
                     guardrail_id=rule.id,
                     name=rule.description,
-                    message=f"Guardrail '{rule.id}' could not be evaluated",
+                    message=message,
                     severity=rule.action,
                     suggestion=None,
                     error=detail,
                 )
             )
             continue
-        checks.append(RuleCheck(rule.id, rule.action, fired=fired))
-        if fired:
+        rendered = render_message(rule.message, facts) if fired else None
+        if shadow:
+            checks.append(_shadow(rule, fired, rendered, None))
+            continue
+        checks.append(RuleCheck(rule.id, rule.action, fired=fired, message=rendered))
+        if rendered is not None:
             bucket.append(
                 RuleResult(
                     guardrail_id=rule.id,
                     name=rule.description,
-                    message=render_message(rule.message, facts),
+                    message=rendered,
                     severity=rule.action,
                     suggestion=rule.suggestion,
                 )
@@ -122,11 +142,17 @@ def evaluate(rule_set: RuleSet, facts: Mapping[str, Any], scope: str | None) -> 
         allowed=not violations,
         violations=tuple(violations),
         warnings=tuple(warnings),
-        evaluated=len(applicable),
+        evaluated=enforced,
         errors=errors,
-        failed=bool(applicable) and errors == len(applicable),
+        failed=bool(enforced) and errors == enforced,
         results=tuple(checks),
         version=rule_set.version,
+    )
+
+
+def _shadow(rule: Rule, would: bool, message: str | None, error: str | None) -> RuleCheck:
+    return RuleCheck(
+        rule.id, rule.action, False, error, mode="shadow", would=would, message=message
     )
 
 

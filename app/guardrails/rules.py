@@ -8,6 +8,7 @@ exact, and only SafeLoader constructors ever run on the text.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -23,16 +24,20 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 SHIPPED_RULES_DIR: Path = Path(__file__).resolve().parent / "rules"
 
 Action: TypeAlias = Literal["block", "warn"]
+Mode: TypeAlias = Literal["enforce", "shadow"]
 Scalar: TypeAlias = str | int | float | bool
 
 ACTIONS: tuple[str, ...] = ("block", "warn")
+MODES: tuple[str, ...] = ("enforce", "shadow")
 OPERATORS: tuple[str, ...] = ("==", "!=", "<", "<=", ">", ">=", "in", "not in")
 LIST_OPERATORS = frozenset({"in", "not in"})
 ORDER_OPERATORS = frozenset({"<", "<=", ">", ">="})
 ID_PATTERN = re.compile(r"[a-z0-9-]+")
 
 _REQUIRED_KEYS = ("id", "description", "action", "message")
-_RULE_KEYS = (*_REQUIRED_KEYS, "scope", "conditions", "requirements", "suggestion")
+_RULE_KEYS = (*_REQUIRED_KEYS, "mode", "scope", "conditions", "requirements", "suggestion")
+CONTENT_FORMAT = 1
+"""The format of a rule set's stored content (``RuleSet.content``)."""
 _CONDITION_KEYS = ("field", "operator", "op", "value")
 
 
@@ -65,7 +70,10 @@ class Condition:
 
 @dataclass(frozen=True)
 class Rule:
-    """A validated guardrail; ``source`` is for operators' logs, never for API clients."""
+    """A validated guardrail; ``source`` is for operators' logs, never for API clients.
+
+    ``mode`` ``shadow``: the rule is evaluated and its result stored (would_block /
+    would_warn), but it never takes part in the verdict or the answer."""
 
     id: str
     description: str
@@ -76,6 +84,7 @@ class Rule:
     message: str
     suggestion: str | None
     source: str = ""
+    mode: Mode = "enforce"
 
     def applies_to(self, scope: str | None) -> bool:
         """Unscoped rules apply everywhere; scoped ones only to the listed projects."""
@@ -87,11 +96,31 @@ class Rule:
             "id": self.id,
             "description": self.description,
             "action": self.action,
+            "mode": self.mode,
             "scope": list(self.scope),
             "conditions": [c.as_dict() for c in self.conditions],
             "requirements": [c.as_dict() for c in self.requirements],
         }
         return out if self.suggestion is None else {**out, "suggestion": self.suggestion}
+
+    def content(self) -> dict[str, Any]:
+        """Everything that decides what the rule does and says, for ``RuleSet.content``."""
+        return {
+            "id": self.id,
+            "description": self.description,
+            "action": self.action,
+            "mode": self.mode,
+            "scope": list(self.scope),
+            "conditions": [_condition_content(c) for c in self.conditions],
+            "requirements": [_condition_content(c) for c in self.requirements],
+            "message": self.message,
+            "suggestion": self.suggestion,
+        }
+
+
+def _condition_content(condition: Condition) -> dict[str, Any]:
+    value = list(condition.value) if isinstance(condition.value, tuple) else condition.value
+    return {"field": condition.field, "op": condition.op, "value": value}
 
 
 @dataclass(frozen=True)
@@ -104,6 +133,58 @@ class RuleSet:
     def applicable(self, scope: str | None) -> tuple[Rule, ...]:
         """The rules that apply to a request for project ``scope`` (None = no project)."""
         return tuple(rule for rule in self.rules if rule.applies_to(scope))
+
+    @functools.cached_property
+    def content(self) -> str:
+        """The whole rule set, in load order, as compact sorted-key JSON: what is stored in
+        ``guardrail_rule_sets`` and read back by ``cstp guardrails replay``."""
+        payload = {"format": CONTENT_FORMAT, "rules": [rule.content() for rule in self.rules]}
+        return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+    @functools.cached_property
+    def hash(self) -> str:
+        """SHA-256 (hex) of ``content``: the key evaluations record (``rule_set_hash``)."""
+        return hashlib.sha256(self.content.encode("utf-8")).hexdigest()
+
+
+def rule_set_from_content(content: str, source: str = "stored rule set") -> RuleSet:
+    """A rule set rebuilt from its stored ``content``. Raises ValueError when the text is not
+    a rule set's content (an edited row, or a format this version does not know)."""
+    try:
+        payload = json.loads(content)
+        if payload["format"] != CONTENT_FORMAT:
+            raise ValueError(f"unknown rule set format {payload['format']!r}")
+        rules = tuple(_rule_from_content(item, source) for item in payload["rules"])
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"not a rule set's content ({type(exc).__name__}: {exc})") from None
+    return RuleSet(rules=rules, version=rule_set_version(rules))
+
+
+def _rule_from_content(item: dict[str, Any], source: str) -> Rule:
+    def conditions(key: str) -> tuple[Condition, ...]:
+        return tuple(
+            Condition(
+                field=c["field"],
+                op=c["op"],
+                value=tuple(c["value"]) if isinstance(c["value"], list) else c["value"],
+            )
+            for c in item[key]
+        )
+
+    if item["action"] not in ACTIONS or item["mode"] not in MODES:
+        raise ValueError(f"rule {item['id']!r}: unknown action or mode")
+    return Rule(
+        id=item["id"],
+        description=item["description"],
+        action=item["action"],
+        scope=tuple(item["scope"]),
+        conditions=conditions("conditions"),
+        requirements=conditions("requirements"),
+        message=item["message"],
+        suggestion=item["suggestion"],
+        source=source,
+        mode=item["mode"],
+    )
 
 
 def rule_dirs(extra_dir: Path | str | None) -> list[Path]:
@@ -137,10 +218,20 @@ def load_rules(dirs: Sequence[Path | str]) -> RuleSet:
 
 
 def rule_set_version(rules: Sequence[Rule]) -> str:
-    """Hash of the rules' content only (not paths, order of files, or mtimes)."""
-    payload = [{**r.as_dict(), "message": r.message} for r in sorted(rules, key=lambda r: r.id)]
+    """Hash of the rules' content only (not paths, order of files, or mtimes). A rule's mode
+    counts only when it is ``shadow``, so the versions of rule sets without shadow rules are
+    what they were before modes existed."""
+    payload = [
+        {**_versioned(r.as_dict()), "message": r.message} for r in sorted(rules, key=lambda r: r.id)
+    ]
     canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+
+
+def _versioned(described: dict[str, Any]) -> dict[str, Any]:
+    if described.get("mode") == "enforce":
+        return {k: v for k, v in described.items() if k != "mode"}
+    return described
 
 
 class _FileParser:
@@ -219,6 +310,9 @@ class _FileParser:
         if action not in ACTIONS:
             raise self.fail(keys["action"], f"unknown action '{action}' (expected block or warn)")
         suggestion = keys.get("suggestion")
+        mode = self.scalar(keys["mode"], "mode") if "mode" in keys else "enforce"
+        if mode not in MODES:
+            raise self.fail(keys["mode"], f"unknown mode '{mode}' (expected enforce or shadow)")
         rule = Rule(
             id=rule_id,
             description=self.text(keys["description"], "description"),
@@ -233,6 +327,7 @@ class _FileParser:
             if suggestion is None or _is_null(suggestion)
             else self.text(suggestion, "suggestion"),
             source=str(self.path),
+            mode="shadow" if mode == "shadow" else "enforce",
         )
         return rule, keys["id"].start_mark.line + 1
 

@@ -58,6 +58,8 @@ class GuardrailOut(Struct):
     id: str
     description: str
     action: Literal["block", "warn"]
+    # "shadow": evaluated and stored, never part of a verdict (docs/GUARDRAILS.md)
+    mode: Literal["enforce", "shadow"]
     scope: list[str]
     conditions: list[ConditionOut]
     requirements: list[ConditionOut]

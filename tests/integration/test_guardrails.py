@@ -423,6 +423,7 @@ def _check_listed_rule(item: dict[str, Any], rule: dict[str, Any]) -> None:
     assert item["id"] == rule["id"]
     assert item["description"] == rule["description"]
     assert item["action"] == rule["action"]
+    assert item["mode"] == rule.get("mode", "enforce")
     assert item["scope"] == rule.get("scope", [])
     assert item["conditions"] == [_as_listed(c) for c in rule.get("conditions", [])]
     assert item["requirements"] == [_as_listed(c) for c in rule.get("requirements", [])]
@@ -955,4 +956,5 @@ async def test_every_cookbook_query_runs(history: Settings) -> None:
         wanted = set(re.findall(r"(?<![:\w]):(\w+)", query))
         assert wanted <= set(params), (heading, wanted - set(params))
         rows = await run_doc_sql(history, query, **params)
-        assert rows or "could not be evaluated" in heading.lower(), heading
+        # no rule of this history fails, and none is in shadow mode
+        assert rows or any(w in heading.lower() for w in ("could not be", "shadow")), heading

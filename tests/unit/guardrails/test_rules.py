@@ -267,6 +267,7 @@ def test_as_dict_is_public_shape() -> None:
         "id": "x",
         "description": "rule x",
         "action": "block",
+        "mode": "enforce",
         "scope": ["payments"],
         "conditions": [{"field": "stakes", "operator": "in", "value": ["high"], "op": "in"}],
         "requirements": [],
