@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.db.decisions import Decision
-from app.outbox.failures import PERMANENT, classify
+from app.outbox.failures import FailureKind, classify
 
 from . import repository
 from .export import render, target_path, write_atomic
@@ -51,7 +51,7 @@ def _write_batch(root: Path, decisions: Sequence[Decision]) -> list[tuple[str, s
             content = render(decision)
         except Exception as exc:
             failure = classify(exc, building="the YAML file")
-            if failure.kind != PERMANENT:
+            if failure.kind != FailureKind.PERMANENT:
                 raise
             failed.append((decision.id, failure.error))
             continue

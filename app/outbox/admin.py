@@ -6,25 +6,25 @@ from typing import Any
 
 from sqlalchemy import select
 
-from app.db.outbox import OutboxEvent
+from app.db.outbox import OutboxEvent, Status
 from app.runtime import iso
 
-from .failures import PERMANENT, TRANSIENT, UNKNOWN
+from .failures import FailureKind
 
 
 def why(event: OutboxEvent) -> str:
     """Why an event is dead, or what a pending one is waiting for, in a few words."""
     error = event.last_error or "no error recorded"
-    if event.status == "dead":
-        if event.failure_kind == PERMANENT:
+    if event.status == Status.DEAD:
+        if event.failure_kind == FailureKind.PERMANENT:
             return f"dead: can never succeed as it is: {error}"
-        if event.failure_kind == UNKNOWN:
+        if event.failure_kind == FailureKind.UNKNOWN:
             return (
                 f"dead: failed {event.unknown_failures} time(s) in an unforeseen way "
                 f"(CSTP_OUTBOX_MAX_ATTEMPTS): {error}"
             )
         return f"dead: {error}"
-    if event.failure_kind == TRANSIENT:
+    if event.failure_kind == FailureKind.TRANSIENT:
         return f"waiting for a dependency, retried until it works: {error}"
     if event.last_error:
         return f"retrying after: {error}"
@@ -37,9 +37,9 @@ async def describe(services: Any, limit: int = 50) -> list[str]:
     async with services.db.transaction(write=False) as session:
         rows = await session.scalars(
             select(OutboxEvent)
-            .where(OutboxEvent.status.in_(["pending", "dead"]))
+            .where(OutboxEvent.status.in_([Status.PENDING, Status.DEAD]))
             # dead ones first: they are what needs an operator
-            .order_by((OutboxEvent.status == "dead").desc(), OutboxEvent.id)
+            .order_by((OutboxEvent.status == Status.DEAD).desc(), OutboxEvent.id)
             .limit(limit)
         )
         for e in rows:

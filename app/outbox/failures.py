@@ -25,16 +25,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
+from enum import StrEnum
 
 from sqlalchemy import exc as sa_exc
 
+from app.db.outbox import Status
 from app.search.types import IndexUnavailable
 
-Kind = Literal["transient", "permanent", "unknown"]
-TRANSIENT: Kind = "transient"
-PERMANENT: Kind = "permanent"
-UNKNOWN: Kind = "unknown"
+
+class FailureKind(StrEnum):
+    """The three kinds above; the value is what ``outbox_events.failure_kind`` holds."""
+
+    TRANSIENT = "transient"
+    PERMANENT = "permanent"
+    UNKNOWN = "unknown"
+
 
 MAX_BACKOFF = timedelta(seconds=30)
 _DETAIL = 200  # characters of an exception's message kept in last_error
@@ -44,16 +49,16 @@ _DETAIL = 200  # characters of an exception's message kept in last_error
 class Failure:
     """The outcome of one failed attempt: its kind and the text for ``last_error``."""
 
-    kind: Kind
+    kind: FailureKind
     error: str
 
 
-ROW_GONE = Failure(PERMANENT, "decision not found")
-NOT_RUN = Failure(UNKNOWN, "not run")
+ROW_GONE = Failure(FailureKind.PERMANENT, "decision not found")
+NOT_RUN = Failure(FailureKind.UNKNOWN, "not run")
 
 
 def unknown_kind(kind: str) -> Failure:
-    return Failure(PERMANENT, f"unknown event kind {kind!r}")
+    return Failure(FailureKind.PERMANENT, f"unknown event kind {kind!r}")
 
 
 def _describe(exc: BaseException) -> str:
@@ -84,16 +89,20 @@ def classify(exc: BaseException, *, building: str | None = None) -> Failure:
     was raised (``"the YAML file"``, ``"the index entry"``); left out, ``exc`` was raised
     while delivering it (writing the file, upserting the entry) or reading the row."""
     if isinstance(exc, MemoryError):  # the process, not the row: may well pass next time
-        return Failure(UNKNOWN, _describe(exc))
+        return Failure(FailureKind.UNKNOWN, _describe(exc))
     if building is not None:
-        return Failure(PERMANENT, f"{building} cannot be built from the row: {_describe(exc)}")
+        return Failure(
+            FailureKind.PERMANENT, f"{building} cannot be built from the row: {_describe(exc)}"
+        )
     if isinstance(exc, IndexUnavailable):
-        return Failure(TRANSIENT, "vector index unavailable")
+        return Failure(FailureKind.TRANSIENT, "vector index unavailable")
     if isinstance(exc, OSError):
-        return Failure(TRANSIENT, f"could not write the file: {exc.strerror or _describe(exc)}")
+        return Failure(
+            FailureKind.TRANSIENT, f"could not write the file: {exc.strerror or _describe(exc)}"
+        )
     if _database_unreachable(exc):
-        return Failure(TRANSIENT, f"database unavailable: {type(exc).__name__}")
-    return Failure(UNKNOWN, _describe(exc))
+        return Failure(FailureKind.TRANSIENT, f"database unavailable: {type(exc).__name__}")
+    return Failure(FailureKind.UNKNOWN, _describe(exc))
 
 
 def backoff(attempts: int) -> timedelta:
@@ -107,7 +116,7 @@ def backoff(attempts: int) -> timedelta:
 class Next:
     """What an event becomes after a failed attempt."""
 
-    status: str  # "pending" | "dead"
+    status: Status  # PENDING (due again at ``available_at``) or DEAD
     attempts: int  # every try, whatever its outcome (the backoff grows with it)
     unknown_failures: int  # the tries that failed in an unknown way
     available_at: datetime
@@ -118,6 +127,8 @@ def after_failure(
 ) -> Next:
     """The event's next state after ``failure``, given its counters before this try."""
     tries = attempts + 1
-    unknown = unknown_failures + (failure.kind == UNKNOWN)
-    dead = failure.kind == PERMANENT or (failure.kind == UNKNOWN and unknown >= max_attempts)
-    return Next("dead" if dead else "pending", tries, unknown, now + backoff(tries))
+    unknown = unknown_failures + (failure.kind == FailureKind.UNKNOWN)
+    dead = failure.kind == FailureKind.PERMANENT or (
+        failure.kind == FailureKind.UNKNOWN and unknown >= max_attempts
+    )
+    return Next(Status.DEAD if dead else Status.PENDING, tries, unknown, now + backoff(tries))

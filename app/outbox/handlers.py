@@ -10,14 +10,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from app.db.decisions import Decision
+from app.db.outbox import EventKind
 from app.decisions.document import index_entry, load_decisions
 from app.decisions.export import render, target_path, write_atomic
 from app.search.types import IndexEntry
 
-from .failures import ROW_GONE, TRANSIENT, UNKNOWN, Failure, classify, unknown_kind
+from .events import Event, Results
+from .failures import ROW_GONE, Failure, FailureKind, classify, unknown_kind
 
 if TYPE_CHECKING:
     from .relay import Relay
@@ -25,23 +27,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("cstp.outbox")
 
 
-class Work(NamedTuple):
-    """An event as a relay holds it while working on it."""
-
-    id: int
-    kind: str
-    decision_id: str
-    attempts: int
-    unknown_failures: int
-
-
-Results = dict[int, Failure | None]  # event id -> None for success, else the failure
-
-
 def _logged(failure: Failure, what: str, exc: BaseException) -> Failure:
     """Log a failure: the traceback only for an unforeseen one (a permanent one's reason is
     the whole story, and a RecursionError's traceback is a thousand lines)."""
-    if failure.kind == UNKNOWN:
+    if failure.kind == FailureKind.UNKNOWN:
         log.error(
             "%s failed: %s", what, failure.error, exc_info=(type(exc), exc, exc.__traceback__)
         )
@@ -68,7 +57,7 @@ def _export_all(root: Path, work: list[tuple[int, Decision]]) -> Results:
 
 
 async def run_events(
-    relay: Relay, events: list[Work], known: dict[str, Decision] | None = None
+    relay: Relay, events: list[Event], known: dict[str, Decision] | None = None
 ) -> Results:
     """Run ``events``; the value is None for success, else the failure for the table.
 
@@ -89,9 +78,9 @@ async def run_events(
         decision = decisions.get(event.decision_id)
         if decision is None:
             results[event.id] = ROW_GONE
-        elif event.kind == "export":
+        elif event.kind == EventKind.EXPORT:
             exports.append((event.id, decision))
-        elif event.kind == "index":
+        elif event.kind == EventKind.INDEX:
             indexed.append((event.id, decision))
         else:
             results[event.id] = unknown_kind(event.kind)
@@ -121,7 +110,7 @@ async def _index_all(relay: Relay, work: list[tuple[int, Decision]]) -> Results:
             failure = None
         except Exception as exc:
             failure = classify(exc)
-            if failure.kind != TRANSIENT:  # an unreachable index logs that itself
+            if failure.kind != FailureKind.TRANSIENT:  # an unreachable index logs that itself
                 _logged(failure, "indexing", exc)
         results.update(dict.fromkeys(entries, failure))
     return results

@@ -8,9 +8,10 @@ drain``) takes them. Claims are leases taken in a write transaction — with
 Handlers are idempotent (atomic file replace, upsert by id), so a repeat is harmless.
 
 A failed event is retried with backoff; what a failure means (retried forever, dead at once,
-or dead after CSTP_OUTBOX_MAX_ATTEMPTS) is decided in app.outbox.failures. The relay notices
-a dependency coming back (the first success of a kind after a transient failure) and makes
-the events waiting on it due at once (``_note``, ``_revive``).
+or dead after CSTP_OUTBOX_MAX_ATTEMPTS) is decided in app.outbox.failures, and what a pass's
+results make of its events in app.outbox.events (``settle``). The relay notices a dependency
+coming back (the first success of a kind after a transient failure) and makes the events
+waiting on it due at once (``_note``, ``_revive``).
 """
 
 from __future__ import annotations
@@ -19,19 +20,19 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING
 
-from sqlalchemy import CursorResult, Update, func, select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.decisions import Decision
-from app.db.outbox import OutboxEvent
+from app.db.outbox import EventKind, OutboxEvent, Status, updated
 
-from .failures import NOT_RUN, TRANSIENT, after_failure
-from .handlers import Results, Work, run_events
+from .events import Event, RelayStats, Results, Settlement, settle
+from .failures import NOT_RUN, FailureKind
+from .handlers import run_events
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -41,24 +42,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cstp.outbox")
 
-KINDS = ("export", "index")
 LEASE = timedelta(seconds=30)
 SETTLE_LINGER = 0.05  # seconds inline results wait for a write transaction to carry them
-
-
-@dataclass
-class RelayStats:
-    done: int = 0
-    failed: int = 0
-    dead: int = 0
-    done_ids: list[int] = field(default_factory=list)
-
-
-async def _updated(session: AsyncSession, statement: Update) -> int:
-    """Run an UPDATE; the number of rows it matched."""
-    # An UPDATE's result is a CursorResult, which SQLAlchemy's annotations do not say.
-    result = cast("CursorResult[Any]", await session.execute(statement))
-    return int(result.rowcount or 0)
 
 
 class Relay:
@@ -71,18 +56,18 @@ class Relay:
         self.runtime = runtime
         self.decisions_dir: Path = settings.decisions_dir
         self.wakeup = asyncio.Event()
-        self._unsettled: list[tuple[list[Work], Results]] = []
+        self._unsettled: list[tuple[list[Event], Results]] = []
         self._settler: asyncio.Task[None] | None = None
         # Kinds whose dependency may be down (a transient failure seen, or unknown: events
         # of an earlier process may be waiting), and kinds seen working again since.
-        self._down: set[str] = set(KINDS)
+        self._down: set[str] = set(EventKind)
         self._back: set[str] = set()
 
     def enqueue(
         self,
         session: AsyncSession,
         decision_id: str,
-        kinds: Sequence[str] = KINDS,
+        kinds: Sequence[EventKind] = tuple(EventKind),
         *,
         leased: bool = True,
     ) -> list[OutboxEvent]:
@@ -93,7 +78,7 @@ class Relay:
             OutboxEvent(
                 kind=kind,
                 decision_id=decision_id,
-                status="pending",
+                status=Status.PENDING,
                 attempts=0,
                 unknown_failures=0,
                 created_at=now,
@@ -115,14 +100,14 @@ class Relay:
         (``_retake``) and left alone when another relay claimed it meanwhile."""
         events = await self._retake(events)
         work = [
-            Work(e.id, e.kind, e.decision_id, e.attempts, e.unknown_failures or 0) for e in events
+            Event.of(e.id, e.kind, e.decision_id, e.attempts, e.unknown_failures) for e in events
         ]
         results = await run_events(self, work, {d.id: d for d in decisions})
         self._note(work, results)
         self._settle_later(work, results)
-        return self._outcome(work, results)
+        return self._settlement(work, results, self.runtime.now()).stats()
 
-    def _note(self, work: Sequence[Work], results: Results) -> None:
+    def _note(self, work: Sequence[Event], results: Results) -> None:
         """Notice a dependency coming back: a kind that worked after a transient failure of
         its kind (or for the first time in this process) gets its waiting events made due at
         once by the next pass (``_revive``), which is started now; they need not wait out
@@ -130,7 +115,7 @@ class Relay:
         failed = {
             w.kind
             for w in work
-            if (f := results.get(w.id, NOT_RUN)) is not None and f.kind == TRANSIENT
+            if (f := results.get(w.id, NOT_RUN)) is not None and f.kind == FailureKind.TRANSIENT
         }
         worked = {w.kind for w in work if results.get(w.id, NOT_RUN) is None}
         back = (worked - failed) & self._down
@@ -150,13 +135,13 @@ class Relay:
         now = self.runtime.now()
         try:
             async with self.db.transaction(write=True) as session:
-                revived = await _updated(
+                revived = await updated(
                     session,
                     update(OutboxEvent)
                     .where(
-                        OutboxEvent.status == "pending",
+                        OutboxEvent.status == Status.PENDING,
                         OutboxEvent.kind.in_(kinds),
-                        OutboxEvent.failure_kind == TRANSIENT,
+                        OutboxEvent.failure_kind == FailureKind.TRANSIENT,
                         OutboxEvent.available_at > now,
                     )
                     .values(available_at=now),
@@ -182,12 +167,12 @@ class Relay:
         lost: set[int] = set()
         async with self.db.transaction(write=True) as session:
             for event in late:
-                renewed = await _updated(
+                renewed = await updated(
                     session,
                     update(OutboxEvent)
                     .where(
                         OutboxEvent.id == event.id,
-                        OutboxEvent.status == "pending",
+                        OutboxEvent.status == Status.PENDING,
                         OutboxEvent.available_at == event.available_at,
                     )
                     .values(available_at=now + LEASE),
@@ -204,7 +189,7 @@ class Relay:
             )
         return [e for e in events if e.id not in lost]
 
-    def _settle_later(self, events: list[Work], results: Results) -> None:
+    def _settle_later(self, events: list[Event], results: Results) -> None:
         """Record the inline pass's results off the caller's path, batched with others.
 
         The caller's answer depends only on what was done, not on the bookkeeping; should
@@ -226,7 +211,7 @@ class Relay:
             except Exception:
                 log.exception("could not record outbox results; leases will expire and retry")
 
-    def _take_unsettled(self) -> tuple[list[Work], Results] | None:
+    def _take_unsettled(self) -> tuple[list[Event], Results] | None:
         batch, self._unsettled = self._unsettled, []
         if not batch:
             return None
@@ -304,7 +289,7 @@ class Relay:
                 await asyncio.wait_for(self.wakeup.wait(), self.settings.outbox_poll_seconds)
             self.wakeup.clear()
 
-    async def _claim(self, limit: int, *, leased_until: datetime | None) -> list[Work]:
+    async def _claim(self, limit: int, *, leased_until: datetime | None) -> list[Event]:
         now = self.runtime.now()
         horizon = max(now, leased_until) if leased_until is not None else now
         async with self.db.transaction(write=True) as session:
@@ -316,12 +301,12 @@ class Relay:
                     OutboxEvent.attempts,
                     OutboxEvent.unknown_failures,
                 )
-                .where(OutboxEvent.status == "pending", OutboxEvent.available_at <= horizon)
+                .where(OutboxEvent.status == Status.PENDING, OutboxEvent.available_at <= horizon)
                 .order_by(OutboxEvent.id)
                 .limit(limit)
                 .with_for_update(skip_locked=True)
             )
-            rows = [Work(*r) for r in (await session.execute(query)).all()]
+            rows = [Event.of(*r) for r in (await session.execute(query)).all()]
             if rows:
                 await session.execute(
                     update(OutboxEvent)
@@ -330,60 +315,39 @@ class Relay:
                 )
         return rows
 
-    async def _process(self, events: list[Work]) -> RelayStats:
+    async def _process(self, events: list[Event]) -> RelayStats:
         results = await run_events(self, events)
         self._note(events, results)
         return await self._settle(events, results)
 
-    def _outcome(self, events: list[Work], results: Results) -> RelayStats:
-        stats = RelayStats()
-        now = self.runtime.now()
-        for event in events:
-            failure = results.get(event.id, NOT_RUN)
-            if failure is None:
-                stats.done += 1
-                stats.done_ids.append(event.id)
-            else:
-                stats.failed += 1
-                after = after_failure(
-                    failure,
-                    event.attempts,
-                    event.unknown_failures,
-                    self.settings.outbox_max_attempts,
-                    now,
-                )
-                stats.dead += after.status == "dead"
-        return stats
+    def _settlement(self, events: list[Event], results: Results, now: datetime) -> Settlement:
+        return settle(events, results, now=now, max_attempts=self.settings.outbox_max_attempts)
 
-    async def _settle(self, events: list[Work], results: Results) -> RelayStats:
+    async def _settle(self, events: list[Event], results: Results) -> RelayStats:
         """Mark what worked done and reschedule (or bury) what did not, in one transaction."""
         async with self.db.transaction(write=True) as session:
-            await self._record_results(session, events, results)
-        return self._outcome(events, results)
+            settlement = await self._record_results(session, events, results)
+        return settlement.stats()
 
     async def _record_results(
-        self, session: AsyncSession, events: list[Work], results: Results
-    ) -> None:
+        self, session: AsyncSession, events: list[Event], results: Results
+    ) -> Settlement:
+        """Write what ``results`` make of ``events`` (``settle``), as of now."""
         now = self.runtime.now()
-        done = [e.id for e in events if results.get(e.id, NOT_RUN) is None]
-        if done:
+        settlement = self._settlement(events, results, now)
+        if settlement.done:
             await session.execute(
                 update(OutboxEvent)
-                .where(OutboxEvent.id.in_(done), OutboxEvent.status == "pending")
-                .values(status="done", processed_at=now, last_error=None, failure_kind=None)
+                .where(OutboxEvent.id.in_(settlement.done), OutboxEvent.status == Status.PENDING)
+                .values(
+                    status=Status.DONE,
+                    processed_at=now,
+                    last_error=None,
+                    failure_kind=None,
+                )
             )
-        for event in events:
-            failure = results.get(event.id, NOT_RUN)
-            if failure is None:
-                continue
-            after = after_failure(
-                failure,
-                event.attempts,
-                event.unknown_failures,
-                self.settings.outbox_max_attempts,
-                now,
-            )
-            if after.status == "dead":
+        for event, failure, after in settlement.failed:
+            if after.status == Status.DEAD:
                 log.error(
                     "outbox event #%d (%s of decision %s) is dead: %s",
                     event.id,
@@ -393,7 +357,7 @@ class Relay:
                 )
             await session.execute(
                 update(OutboxEvent)
-                .where(OutboxEvent.id == event.id, OutboxEvent.status == "pending")
+                .where(OutboxEvent.id == event.id, OutboxEvent.status == Status.PENDING)
                 .values(
                     attempts=after.attempts,
                     unknown_failures=after.unknown_failures,
@@ -403,6 +367,7 @@ class Relay:
                     available_at=after.available_at,
                 )
             )
+        return settlement
 
     async def progress_of(self, decision_ids: Sequence[str]) -> tuple[int, int, int]:
         """(done, being worked on by a relay, left) of the events of ``decision_ids``: an
@@ -418,9 +383,9 @@ class Relay:
                     ).where(OutboxEvent.decision_id.in_(decision_ids[start : start + 500]))
                 )
                 for status, attempts, available_at in rows.all():
-                    if status == "done":
+                    if status == Status.DONE:
                         done += 1
-                    elif status == "pending" and attempts == 0 and available_at > now:
+                    elif status == Status.PENDING and attempts == 0 and available_at > now:
                         working += 1
                     else:
                         left += 1
@@ -433,21 +398,21 @@ class Relay:
             )
             counts = dict(rows.all())
         return {
-            "pending": counts.get("pending", 0),
-            "dead": counts.get("dead", 0),
-            "done": counts.get("done", 0),
+            "pending": counts.get(Status.PENDING, 0),
+            "dead": counts.get(Status.DEAD, 0),
+            "done": counts.get(Status.DONE, 0),
         }
 
     async def retry_dead(self) -> int:
         """Re-queue dead events (``cstp outbox retry``)."""
         now: datetime = self.runtime.now()
         async with self.db.transaction(write=True) as session:
-            revived = await _updated(
+            revived = await updated(
                 session,
                 update(OutboxEvent)
-                .where(OutboxEvent.status == "dead")
+                .where(OutboxEvent.status == Status.DEAD)
                 .values(
-                    status="pending",
+                    status=Status.PENDING,
                     attempts=0,
                     unknown_failures=0,
                     failure_kind=None,

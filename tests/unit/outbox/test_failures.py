@@ -15,24 +15,22 @@ from sqlalchemy import exc as sa_exc
 
 from app.config import Settings
 from app.db.decisions import Decision
-from app.db.outbox import OutboxEvent
+from app.db.outbox import EventKind, OutboxEvent, Status
 from app.decisions.export import render
 from app.outbox.admin import why
+from app.outbox.events import Event
 from app.outbox.failures import (
     MAX_BACKOFF,
     NOT_RUN,
-    PERMANENT,
     ROW_GONE,
-    TRANSIENT,
-    UNKNOWN,
     Failure,
+    FailureKind,
     after_failure,
     backoff,
     classify,
     unknown_kind,
 )
-from app.outbox.handlers import Work
-from app.outbox.relay import KINDS, Relay
+from app.outbox.relay import Relay
 from app.runtime import Runtime
 from app.search.index import IndexUnavailable
 from app.search.types import unavailable
@@ -83,7 +81,7 @@ def decision(**fields: object) -> Decision:
     ],
 )
 def test_an_unreachable_index_is_transient(exc: BaseException) -> None:
-    assert classify(exc) == Failure(TRANSIENT, "vector index unavailable")
+    assert classify(exc) == Failure(FailureKind.TRANSIENT, "vector index unavailable")
 
 
 @pytest.mark.parametrize(
@@ -101,7 +99,7 @@ def test_an_unreachable_index_is_transient(exc: BaseException) -> None:
     ],
 )
 def test_a_file_system_error_is_transient(exc: BaseException, error: str) -> None:
-    assert classify(exc) == Failure(TRANSIENT, error)
+    assert classify(exc) == Failure(FailureKind.TRANSIENT, error)
 
 
 @pytest.mark.parametrize(
@@ -114,12 +112,14 @@ def test_a_file_system_error_is_transient(exc: BaseException, error: str) -> Non
 )
 def test_an_unreachable_or_busy_database_is_transient(exc: BaseException) -> None:
     failure = classify(exc)
-    assert failure.kind == TRANSIENT and failure.error.startswith("database unavailable")
+    assert failure.kind == FailureKind.TRANSIENT and failure.error.startswith(
+        "database unavailable"
+    )
 
 
 def test_a_database_refusal_is_not_transient() -> None:
     refused = sa_exc.IntegrityError("INSERT", {}, Exception("duplicate key"))
-    assert classify(refused).kind == UNKNOWN
+    assert classify(refused).kind == FailureKind.UNKNOWN
 
 
 @pytest.mark.parametrize(
@@ -134,7 +134,7 @@ def test_a_database_refusal_is_not_transient() -> None:
 )
 def test_what_building_from_the_row_raises_is_permanent(exc: BaseException) -> None:
     failure = classify(exc, building="the YAML file")
-    assert failure.kind == PERMANENT
+    assert failure.kind == FailureKind.PERMANENT
     assert failure.error.startswith(
         "the YAML file cannot be built from the row: " + type(exc).__name__
     )
@@ -142,31 +142,31 @@ def test_what_building_from_the_row_raises_is_permanent(exc: BaseException) -> N
 
 def test_even_an_error_that_looks_transient_is_permanent_when_building() -> None:
     # Building is a pure function of the row: nothing outside it can change the outcome.
-    assert classify(OSError("odd"), building="the index entry").kind == PERMANENT
+    assert classify(OSError("odd"), building="the index entry").kind == FailureKind.PERMANENT
 
 
 def test_memory_is_the_process_not_the_row() -> None:
-    assert classify(MemoryError(), building="the YAML file").kind == UNKNOWN
-    assert classify(MemoryError()).kind == UNKNOWN
+    assert classify(MemoryError(), building="the YAML file").kind == FailureKind.UNKNOWN
+    assert classify(MemoryError()).kind == FailureKind.UNKNOWN
 
 
 def test_anything_else_is_unknown_and_its_message_is_kept_short() -> None:
     failure = classify(RuntimeError("a bug\n" + "x" * 5000))
-    assert failure.kind == UNKNOWN
+    assert failure.kind == FailureKind.UNKNOWN
     assert failure.error.startswith("RuntimeError: a bug x") and len(failure.error) < 250
 
 
 def test_fixed_failures() -> None:
-    assert Failure(PERMANENT, "decision not found") == ROW_GONE
-    assert unknown_kind("mail") == Failure(PERMANENT, "unknown event kind 'mail'")
-    assert NOT_RUN.kind == UNKNOWN
+    assert Failure(FailureKind.PERMANENT, "decision not found") == ROW_GONE
+    assert unknown_kind("mail") == Failure(FailureKind.PERMANENT, "unknown event kind 'mail'")
+    assert NOT_RUN.kind == FailureKind.UNKNOWN
 
 
 def test_a_decision_nested_400_levels_cannot_be_rendered_and_that_is_permanent() -> None:
     with pytest.raises(RecursionError) as caught:
         render(decision(affected_kpis=deep(400)))
     failure = classify(caught.value, building="the YAML file")
-    assert failure.kind == PERMANENT and "RecursionError" in failure.error
+    assert failure.kind == FailureKind.PERMANENT and "RecursionError" in failure.error
     assert render(decision(affected_kpis=deep(8)))  # what the API accepts renders
 
 
@@ -185,13 +185,13 @@ def test_a_transient_failure_never_counts_and_never_kills() -> None:
     attempts = unknown = 0
     for _ in range(10_000):
         after = after_failure(
-            Failure(TRANSIENT, "vector index unavailable"),
+            Failure(FailureKind.TRANSIENT, "vector index unavailable"),
             attempts,
             unknown,
             max_attempts=1,
             now=T0,
         )
-        assert after.status == "pending" and after.unknown_failures == 0
+        assert after.status == Status.PENDING and after.unknown_failures == 0
         attempts = after.attempts
     assert attempts == 10_000
     assert after.available_at == T0 + MAX_BACKOFF
@@ -199,19 +199,19 @@ def test_a_transient_failure_never_counts_and_never_kills() -> None:
 
 def test_a_permanent_failure_is_dead_at_once() -> None:
     after = after_failure(ROW_GONE, 0, 0, max_attempts=1000, now=T0)
-    assert (after.status, after.attempts, after.unknown_failures) == ("dead", 1, 0)
+    assert (after.status, after.attempts, after.unknown_failures) == (Status.DEAD, 1, 0)
 
 
 def test_unknown_failures_are_dead_after_max_attempts_of_them_only() -> None:
-    bug = Failure(UNKNOWN, "RuntimeError: a bug")
-    outage = Failure(TRANSIENT, "vector index unavailable")
+    bug = Failure(FailureKind.UNKNOWN, "RuntimeError: a bug")
+    outage = Failure(FailureKind.TRANSIENT, "vector index unavailable")
     attempts, unknown = 50, 0  # a long outage first: it does not count
     statuses = []
     for failure in (bug, outage, bug, outage, outage, bug):
         after = after_failure(failure, attempts, unknown, max_attempts=3, now=T0)
         attempts, unknown = after.attempts, after.unknown_failures
         statuses.append(after.status)
-    assert statuses == ["pending"] * 5 + ["dead"]
+    assert statuses == [Status.PENDING] * 5 + [Status.DEAD]
     assert (attempts, unknown) == (56, 3)
 
 
@@ -223,13 +223,13 @@ def test_an_outage_longer_than_the_old_give_up_time_on_a_fake_clock() -> None:
     clock, attempts, unknown = T0, 0, 0
     while clock < down_until:
         after = after_failure(
-            Failure(TRANSIENT, "vector index unavailable"),
+            Failure(FailureKind.TRANSIENT, "vector index unavailable"),
             attempts,
             unknown,
             max_attempts=3,
             now=clock,
         )
-        assert after.status == "pending"
+        assert after.status == Status.PENDING
         attempts, unknown, clock = after.attempts, after.unknown_failures, after.available_at
     assert attempts > 3  # where the old rule had given up
     assert clock - down_until <= MAX_BACKOFF
@@ -242,37 +242,37 @@ def relay() -> Relay:
     return Relay(None, None, Settings(), Runtime(now=lambda: T0))  # type: ignore[arg-type]  # no db, no index
 
 
-def work(event_id: int, kind: str) -> Work:
-    return Work(event_id, kind, "0a1b2c3d", 0, 0)
+def work(event_id: int, kind: EventKind) -> Event:
+    return Event(event_id, kind, "0a1b2c3d", 0, 0)
 
 
 def test_the_first_success_after_a_transient_failure_makes_the_waiting_events_due() -> None:
     r = relay()
-    assert r._down == set(KINDS)  # at start: events of an earlier process may be waiting
-    r._note([work(1, "export"), work(2, "index")], {1: None, 2: None})
-    assert r._back == {"export", "index"} and r.wakeup.is_set()
+    assert r._down == set(EventKind)  # at start: events of an earlier process may be waiting
+    r._note([work(1, EventKind.EXPORT), work(2, EventKind.INDEX)], {1: None, 2: None})
+    assert r._back == set(EventKind) and r.wakeup.is_set()
     r._back.clear()
     r.wakeup.clear()
 
-    down = Failure(TRANSIENT, "vector index unavailable")
-    r._note([work(3, "export"), work(4, "index")], {3: None, 4: down})
-    assert r._down == {"index"} and r._back == set() and not r.wakeup.is_set()
-    r._note([work(5, "index")], {5: Failure(UNKNOWN, "RuntimeError: x")})
-    assert r._down == {"index"} and r._back == set()  # not a success
-    r._note([work(6, "index"), work(7, "index")], {6: None, 7: None})
-    assert r._back == {"index"} and r._down == set() and r.wakeup.is_set()
+    down = Failure(FailureKind.TRANSIENT, "vector index unavailable")
+    r._note([work(3, EventKind.EXPORT), work(4, EventKind.INDEX)], {3: None, 4: down})
+    assert r._down == {EventKind.INDEX} and r._back == set() and not r.wakeup.is_set()
+    r._note([work(5, EventKind.INDEX)], {5: Failure(FailureKind.UNKNOWN, "RuntimeError: x")})
+    assert r._down == {EventKind.INDEX} and r._back == set()  # not a success
+    r._note([work(6, EventKind.INDEX), work(7, EventKind.INDEX)], {6: None, 7: None})
+    assert r._back == {EventKind.INDEX} and r._down == set() and r.wakeup.is_set()
     r._back.clear()
     r.wakeup.clear()
-    r._note([work(8, "index")], {8: None})  # it never went away: nothing to revive
+    r._note([work(8, EventKind.INDEX)], {8: None})  # it never went away: nothing to revive
     assert r._back == set() and not r.wakeup.is_set()
 
 
 def test_a_kind_that_fails_and_works_in_one_pass_is_still_down() -> None:
     r = relay()
     r._down = set()
-    down = Failure(TRANSIENT, "could not write the file: No space left on device")
-    r._note([work(1, "export"), work(2, "export")], {1: None, 2: down})
-    assert r._down == {"export"} and r._back == set()
+    down = Failure(FailureKind.TRANSIENT, "could not write the file: No space left on device")
+    r._note([work(1, EventKind.EXPORT), work(2, EventKind.EXPORT)], {1: None, 2: down})
+    assert r._down == {EventKind.EXPORT} and r._back == set()
 
 
 # ---------------------------------------------------------------- what an operator reads
@@ -294,8 +294,8 @@ def event(**fields: object) -> OutboxEvent:
 
 def test_cstp_outbox_says_why_an_event_is_dead_or_waiting() -> None:
     permanent = event(
-        status="dead",
-        failure_kind=PERMANENT,
+        status=Status.DEAD,
+        failure_kind=FailureKind.PERMANENT,
         last_error="the YAML file cannot be built from the row: RecursionError",
     )
     assert why(permanent) == (
@@ -303,10 +303,13 @@ def test_cstp_outbox_says_why_an_event_is_dead_or_waiting() -> None:
         "built from the row: RecursionError"
     )
     gave_up = event(
-        status="dead", failure_kind=UNKNOWN, unknown_failures=8, last_error="RuntimeError: a bug"
+        status=Status.DEAD,
+        failure_kind=FailureKind.UNKNOWN,
+        unknown_failures=8,
+        last_error="RuntimeError: a bug",
     )
     assert why(gave_up).startswith("dead: failed 8 time(s) in an unforeseen way")
-    waiting = event(failure_kind=TRANSIENT, last_error="vector index unavailable")
+    waiting = event(failure_kind=FailureKind.TRANSIENT, last_error="vector index unavailable")
     assert why(waiting) == (
         "waiting for a dependency, retried until it works: vector index unavailable"
     )
