@@ -250,7 +250,9 @@ def outbox(ctx: click.Context) -> None:
 @outbox.command("retry")
 def outbox_retry() -> None:
     """Re-queue dead events."""
-    count = _with_services(lambda s: s.relay.retry_dead())
+    from .outbox.admin import retry_dead
+
+    count = _with_services(retry_dead)
     click.echo(f"re-queued {count} dead event(s)")
 
 
@@ -297,6 +299,7 @@ def import_tree_command(directory: Path) -> None:
 
     Exits 1 when a file could not be imported or an event is left to retry."""
     from .decisions.importer import import_tree
+    from .outbox.admin import progress_of
     from .outbox.relay import LEASE
 
     if not directory.is_dir():
@@ -314,13 +317,13 @@ def import_tree_command(directory: Path) -> None:
         await services.relay.drain()  # the imported decisions' events are due now
         # A running server's relay may have claimed some of them: wait for it, at most as
         # long as its lease, then report the events' state as the database has it.
-        done, working, left = await services.relay.progress_of(report.new_ids)
+        done, working, left = await progress_of(services, report.new_ids)
         deadline = time.monotonic() + LEASE.total_seconds() + 5
         if working:
             click.echo(f"waiting for {working} event(s) another relay is working on", err=True)
         while working and time.monotonic() < deadline:
             await asyncio.sleep(0.5)
-            done, working, left = await services.relay.progress_of(report.new_ids)
+            done, working, left = await progress_of(services, report.new_ids)
         return report, done, working + left
 
     report, done, left = _with_services(work)

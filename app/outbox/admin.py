@@ -1,15 +1,102 @@
-"""Read-only views of the outbox for operators (``cstp outbox``)."""
+"""The outbox for operators: counts for /ready, what ``cstp outbox`` shows and why, how far
+the events of ``cstp import`` got, and ``cstp outbox retry``. Never on a call's path."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, NamedTuple, TypedDict
 
-from sqlalchemy import select
+from sqlalchemy import func, select, update
 
-from app.db.outbox import OutboxEvent, Status
+from app.db.outbox import OutboxEvent, Status, updated
 from app.runtime import iso
 
 from .failures import FailureKind
+
+if TYPE_CHECKING:
+    from app.services import Services
+
+_CHUNK = 500  # decision ids per query in progress_of
+
+
+class Counts(TypedDict):
+    """Events by status (``checks.outbox`` of /ready)."""
+
+    pending: int
+    dead: int
+    done: int
+
+
+class Progress(NamedTuple):
+    """How far the events of some decisions got."""
+
+    done: int
+    working: int  # a relay holds their lease: being worked on now
+    left: int  # left to a retry (or dead)
+
+
+async def counts(services: Services) -> Counts:
+    async with services.db.transaction(write=False) as session:
+        rows = await session.execute(
+            select(OutboxEvent.status, func.count()).group_by(OutboxEvent.status)
+        )
+        found: dict[str, int] = dict(rows.all())
+    return Counts(
+        pending=found.get(Status.PENDING, 0),
+        dead=found.get(Status.DEAD, 0),
+        done=found.get(Status.DONE, 0),
+    )
+
+
+def progress(rows: Iterable[tuple[str, int, datetime]], now: datetime) -> Progress:
+    """``Progress`` of events given as (status, attempts, available_at): one not done is
+    being worked on while a lease on it runs (never attempted, due in the future), else it
+    is left to a retry (or dead)."""
+    done = working = left = 0
+    for status, attempts, available_at in rows:
+        if status == Status.DONE:
+            done += 1
+        elif status == Status.PENDING and attempts == 0 and available_at > now:
+            working += 1
+        else:
+            left += 1
+    return Progress(done, working, left)
+
+
+async def progress_of(services: Services, decision_ids: Sequence[str]) -> Progress:
+    """``Progress`` of the events of ``decision_ids``, now."""
+    now = services.runtime.now()
+    rows: list[tuple[str, int, datetime]] = []
+    async with services.db.transaction(write=False) as session:
+        for start in range(0, len(decision_ids), _CHUNK):
+            result = await session.execute(
+                select(OutboxEvent.status, OutboxEvent.attempts, OutboxEvent.available_at).where(
+                    OutboxEvent.decision_id.in_(decision_ids[start : start + _CHUNK])
+                )
+            )
+            rows.extend(result.all())
+    return progress(rows, now)
+
+
+async def retry_dead(services: Services) -> int:
+    """Re-queue dead events (``cstp outbox retry``), due now; wakes this process's relay."""
+    now = services.runtime.now()
+    async with services.db.transaction(write=True) as session:
+        revived = await updated(
+            session,
+            update(OutboxEvent)
+            .where(OutboxEvent.status == Status.DEAD)
+            .values(
+                status=Status.PENDING,
+                attempts=0,
+                unknown_failures=0,
+                failure_kind=None,
+                available_at=now,
+            ),
+        )
+    services.relay.wakeup.set()
+    return revived
 
 
 def why(event: OutboxEvent) -> str:
@@ -31,9 +118,10 @@ def why(event: OutboxEvent) -> str:
     return ""
 
 
-async def describe(services: Any, limit: int = 50) -> list[str]:
-    counts = await services.relay.counts()
-    lines = [f"pending: {counts['pending']}  dead: {counts['dead']}  done: {counts['done']}"]
+async def describe(services: Services, limit: int = 50) -> list[str]:
+    """What ``cstp outbox`` prints: the counts, then pending and dead events with ``why``."""
+    total = await counts(services)
+    lines = [f"pending: {total['pending']}  dead: {total['dead']}  done: {total['done']}"]
     async with services.db.transaction(write=False) as session:
         rows = await session.scalars(
             select(OutboxEvent)
@@ -49,7 +137,7 @@ async def describe(services: Any, limit: int = 50) -> list[str]:
                 f"attempts {e.attempts} next {iso(e.available_at)}"
                 + (f" {reason}" if reason else "")
             )
-    if counts["dead"]:
+    if total["dead"]:
         lines.append(
             "dead events are never retried by themselves: fix what the reason names (see "
             'docs/OPERATIONS.md, "Outbox"), then `cstp outbox retry` re-queues them'

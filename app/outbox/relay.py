@@ -11,7 +11,8 @@ A failed event is retried with backoff; what a failure means (retried forever, d
 or dead after CSTP_OUTBOX_MAX_ATTEMPTS) is decided in app.outbox.failures, and what a pass's
 results make of its events in app.outbox.events (``settle``). The relay notices a dependency
 coming back (the first success of a kind after a transient failure) and makes the events
-waiting on it due at once (``_note``, ``_revive``).
+waiting on it due at once (``_note``, ``_revive``). The operators' queries (counts, progress,
+``cstp outbox retry``) are in app.outbox.admin.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.decisions import Decision
@@ -368,56 +369,3 @@ class Relay:
                 )
             )
         return settlement
-
-    async def progress_of(self, decision_ids: Sequence[str]) -> tuple[int, int, int]:
-        """(done, being worked on by a relay, left) of the events of ``decision_ids``: an
-        event not done is "being worked on" while a lease on it runs (never attempted, due
-        in the future), else it is left to a retry (or dead)."""
-        now = self.runtime.now()
-        done = working = left = 0
-        async with self.db.transaction(write=False) as session:
-            for start in range(0, len(decision_ids), 500):
-                rows = await session.execute(
-                    select(
-                        OutboxEvent.status, OutboxEvent.attempts, OutboxEvent.available_at
-                    ).where(OutboxEvent.decision_id.in_(decision_ids[start : start + 500]))
-                )
-                for status, attempts, available_at in rows.all():
-                    if status == Status.DONE:
-                        done += 1
-                    elif status == Status.PENDING and attempts == 0 and available_at > now:
-                        working += 1
-                    else:
-                        left += 1
-        return done, working, left
-
-    async def counts(self) -> dict[str, int]:
-        async with self.db.transaction(write=False) as session:
-            rows = await session.execute(
-                select(OutboxEvent.status, func.count()).group_by(OutboxEvent.status)
-            )
-            counts = dict(rows.all())
-        return {
-            "pending": counts.get(Status.PENDING, 0),
-            "dead": counts.get(Status.DEAD, 0),
-            "done": counts.get(Status.DONE, 0),
-        }
-
-    async def retry_dead(self) -> int:
-        """Re-queue dead events (``cstp outbox retry``)."""
-        now: datetime = self.runtime.now()
-        async with self.db.transaction(write=True) as session:
-            revived = await updated(
-                session,
-                update(OutboxEvent)
-                .where(OutboxEvent.status == Status.DEAD)
-                .values(
-                    status=Status.PENDING,
-                    attempts=0,
-                    unknown_failures=0,
-                    failure_kind=None,
-                    available_at=now,
-                ),
-            )
-        self.wakeup.set()
-        return revived

@@ -9,6 +9,7 @@ from litestar import Request, Response, get
 from sqlalchemy import text
 
 from app.db import migrate
+from app.outbox.admin import counts
 from app.version import __version__
 
 CSTP_PROTOCOL_VERSION = "1.0"
@@ -55,7 +56,7 @@ async def ready(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
             checks["schema"] = "unknown"
             failing.append("schema")
         try:
-            checks["outbox"] = await services.relay.counts()
+            checks["outbox"] = await counts(services)
             if checks["outbox"]["dead"]:
                 degraded.append("outbox")
         except Exception:

@@ -31,6 +31,8 @@ from app.asgi import create_app
 from app.config import Settings
 from app.db.decisions import Decision
 from app.db.outbox import OutboxEvent
+from app.outbox import admin
+from app.outbox.events import Event
 from app.outbox.relay import Relay
 from app.runtime import Runtime
 from app.search.embedder import Embedder
@@ -294,7 +296,7 @@ async def test_chroma_server_killed_and_restarted_mid_load_loses_nothing(
         assert timeline["killed_after"] < total and not_indexed > 0, (timeline, not_indexed)
 
         async def healed() -> tuple[bool, Any]:
-            counts = await services.relay.counts()
+            counts = await admin.counts(services)
             count = await services.index.count()
             return counts["pending"] == 0 and counts["dead"] == 0 and count == total, (
                 counts,
@@ -523,8 +525,8 @@ class ObservedRelay:
         self.working = asyncio.Event()
         original = relay._process
 
-        async def observed(events: list[tuple[int, str, str, int]]) -> Any:
-            self.handled.extend(e[0] for e in events)
+        async def observed(events: list[Event]) -> Any:
+            self.handled.extend(e.id for e in events)
             self.batches += 1
             self.working.set()
             if hold is not None:

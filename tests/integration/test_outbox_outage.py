@@ -23,9 +23,9 @@ from sqlalchemy import select, update
 from app.asgi import create_app
 from app.config import Settings
 from app.db.decisions import Decision
-from app.db.outbox import OutboxEvent
+from app.db.outbox import EventKind, OutboxEvent
 from app.decisions.bulk import export_all
-from app.outbox.admin import describe
+from app.outbox import admin
 from app.runtime import Runtime
 from app.search.embedder import Embedder
 from app.search.index import IndexUnavailable
@@ -132,7 +132,7 @@ async def test_a_long_outage_kills_nothing_and_the_first_success_takes_the_waiti
         assert {e.attempts for e in waiting} == {13}
         assert {e.available_at for e in waiting} == {clock[0] + CAP}
         assert {e.last_error for e in waiting} == {"vector index unavailable"}
-        assert (await services.relay.counts())["dead"] == 0
+        assert (await admin.counts(services))["dead"] == 0
 
         index_down[0] = False
         fresh = await rpc.ok("cstp.recordDecision", params(TEXTS[4]))
@@ -181,7 +181,7 @@ async def test_decisions_recorded_during_a_chroma_outage_longer_than_the_old_giv
 
         await poll(past_the_old_limit, 60, "every waiting event tried past the old limit")
         outage = time.monotonic() - down_at
-        assert (await services.relay.counts())["dead"] == 0
+        assert (await admin.counts(services))["dead"] == 0
 
         await asyncio.to_thread(chroma_server.start)
         back_at = time.monotonic()
@@ -199,7 +199,7 @@ async def test_decisions_recorded_during_a_chroma_outage_longer_than_the_old_giv
         found_after = time.monotonic() - back_at
 
         async def drained() -> tuple[bool, Any]:
-            counts = await services.relay.counts()
+            counts = await admin.counts(services)
             return counts["pending"] == 0, counts
 
         counts = await poll(drained, 30, "outbox drained")
@@ -231,7 +231,7 @@ async def test_a_decision_nested_too_deeply_is_dead_with_its_reason_and_the_rest
         await session.execute(
             update(Decision).where(Decision.id == bad).values(affected_kpis=deep(400))
         )
-        services.relay.enqueue(session, bad, ["export"], leased=False)
+        services.relay.enqueue(session, bad, [EventKind.EXPORT], leased=False)
     services.relay.wakeup.set()
 
     async def buried() -> tuple[bool, Any]:
@@ -250,7 +250,7 @@ async def test_a_decision_nested_too_deeply_is_dead_with_its_reason_and_the_rest
     assert body["status"] == "degraded" and body["degraded"] == ["outbox"], body
     assert body["checks"]["outbox"]["dead"] == 1 and "failing" not in body
 
-    lines = await describe(services)
+    lines = await admin.describe(services)
     assert lines[0].startswith("pending: 0  dead: 1")
     [line] = [x for x in lines if x.startswith(f"#{event.id} ")]
     assert f"dead    export decision {bad}" in line
@@ -287,10 +287,10 @@ async def test_a_decision_nested_too_deeply_is_dead_with_its_reason_and_the_rest
         await session.execute(
             update(Decision).where(Decision.id == bad).values(affected_kpis={"latency": "ok"})
         )
-    assert await services.relay.retry_dead() == 1
+    assert await admin.retry_dead(services) == 1
 
     async def delivered() -> tuple[bool, Any]:
-        counts = await services.relay.counts()
+        counts = await admin.counts(services)
         return counts["pending"] == 0 and counts["dead"] == 0, counts
 
     await poll(delivered, 15, "the re-queued event delivered")
@@ -306,7 +306,7 @@ def _cli() -> Any:
 
 async def test_an_event_whose_decision_is_gone_is_dead_at_once(services: Any) -> None:
     async with services.db.transaction(write=True) as session:
-        services.relay.enqueue(session, "0badc0de", ["export", "index"], leased=False)
+        services.relay.enqueue(session, "0badc0de", list(EventKind), leased=False)
     stats = await services.relay.drain()
     assert (stats.failed, stats.dead) == (2, 2)
     events = await events_of(services, ["0badc0de"])

@@ -13,6 +13,7 @@ import pytest
 from app.asgi import create_app
 from app.config import ConfigError, Settings
 from app.db import migrate
+from app.outbox import admin
 from conftest import serve_app
 
 BODY = {"jsonrpc": "2.0", "method": "cstp.listDecisions", "id": 1}
@@ -83,7 +84,7 @@ async def test_ready_is_degraded_not_unready_while_an_event_is_dead(
     body = response.json()
     assert body["status"] == "degraded" and body["degraded"] == ["outbox"]
     assert body["checks"]["outbox"]["dead"] == 1 and "failing" not in body
-    assert await services.relay.retry_dead() == 1
+    assert await admin.retry_dead(services) == 1
     await services.relay.drain()
     response = await client.get("/ready")
     assert response.json()["status"] == "ready" and "degraded" not in response.json()

@@ -1,5 +1,6 @@
-"""What a relay's pass makes of its events (app.outbox.events.settle): pure functions on a
-fake clock, no database or server."""
+"""What a relay's pass makes of its events (app.outbox.events.settle) and how far imported
+events got (app.outbox.admin.progress): pure functions on a fake clock, no database or
+server."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from itertools import pairwise
 import pytest
 
 from app.db.outbox import EventKind, Status
+from app.outbox.admin import Progress, progress
 from app.outbox.events import Event, Failed, RelayStats, Results, settle
 from app.outbox.failures import (
     MAX_BACKOFF,
@@ -161,3 +163,21 @@ def test_backoff_is_what_settle_schedules() -> None:
     for attempts in range(12):
         [failed] = settle([ev(1, attempts=attempts)], {1: DOWN}, now=T0, max_attempts=1).failed
         assert failed.after.available_at == T0 + backoff(attempts + 1)
+
+
+# ---------------------------------------------------------------- how far an import got
+
+
+def test_progress_tells_done_from_worked_on_from_left() -> None:
+    rows = [
+        (Status.DONE, 1, T0 - timedelta(hours=1)),
+        ("done", 0, T0),  # as read back from a row: a plain str
+        ("pending", 0, T0 + timedelta(seconds=20)),  # under a relay's lease: worked on
+        ("pending", 0, T0),  # due now, no one holds it: left
+        ("pending", 1, T0 + timedelta(seconds=2)),  # failed once, backing off: left
+        ("dead", 1, T0 + timedelta(seconds=1)),  # left (to an operator)
+    ]
+    assert progress(rows, T0) == Progress(done=2, working=1, left=3)
+    # The same rows half a minute later: the lease has run out, it is left to a retry.
+    assert progress(rows, T0 + timedelta(seconds=30)) == Progress(done=2, working=0, left=4)
+    assert progress([], T0) == (0, 0, 0)
