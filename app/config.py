@@ -55,6 +55,9 @@ class Settings:
     # Host header values /mcp accepts (DNS-rebinding protection of the MCP SDK); empty: this
     # machine's loopback names and CSTP_HOST, with any port. ("*",): any host.
     mcp_allowed_hosts: tuple[str, ...] = ()
+    # The audit chain's HMAC key (CSTP_AUDIT_KEY or CSTP_AUDIT_KEY_FILE); None: a plain
+    # SHA-256 chain. Never stored in the database, never shown (docs/AUDIT.md).
+    audit_key: bytes | None = field(default=None, repr=False)
 
     @property
     def is_sqlite(self) -> bool:
@@ -97,7 +100,39 @@ class Settings:
             outbox_max_attempts=_int(env, "CSTP_OUTBOX_MAX_ATTEMPTS", 8, 1, 1000),
             log_level=(env.get("CSTP_LOG_LEVEL") or "INFO").upper(),
             mcp_allowed_hosts=_hosts(env.get("CSTP_MCP_ALLOWED_HOSTS")),
+            audit_key=audit_key_from_env(env),
         )
+
+
+MIN_AUDIT_KEY_BYTES = 16
+
+
+def audit_key_from_env(env: Mapping[str, str] | None = None) -> bytes | None:
+    """The audit key: ``CSTP_AUDIT_KEY``'s text, or the content of the file
+    ``CSTP_AUDIT_KEY_FILE`` names, as UTF-8 bytes with surrounding whitespace removed (so a
+    file written by ``openssl rand -hex 32 > key`` works). None when neither is set. Read by
+    the server and the ``cstp audit`` commands, and by the migration that builds the chain."""
+    env = os.environ if env is None else env
+    text, file = env.get("CSTP_AUDIT_KEY") or "", env.get("CSTP_AUDIT_KEY_FILE") or ""
+    if text and file:
+        raise ConfigError("set CSTP_AUDIT_KEY or CSTP_AUDIT_KEY_FILE, not both")
+    source = "CSTP_AUDIT_KEY"
+    if file:
+        source = f"CSTP_AUDIT_KEY_FILE ({file})"
+        try:
+            text = Path(file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "unreadable"
+            raise ConfigError(f"{source}: cannot read the audit key: {reason}") from None
+    if not text and not file:
+        return None
+    key = text.strip().encode("utf-8")
+    if len(key) < MIN_AUDIT_KEY_BYTES:
+        raise ConfigError(
+            f"{source}: the audit key must be at least {MIN_AUDIT_KEY_BYTES} bytes "
+            "(e.g. `openssl rand -hex 32`)"
+        )
+    return key
 
 
 def _opt_path(value: str | None) -> Path | None:

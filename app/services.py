@@ -8,6 +8,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from .audit.chain import use_key
 from .config import Settings
 from .db import models as _all_models  # noqa: F401 - every table known before any flush
 from .db.engine import Database
@@ -67,6 +68,7 @@ def build_services(
     else:
         index = VectorIndex.embedded(settings.data_dir / "chroma", embedder)
     db = Database(settings.database_url)
+    use_key(db.write_engine, settings.audit_key)  # the audit chain's entries (docs/AUDIT.md)
     relay = Relay(db, index, settings, runtime)
     return Services(
         settings, runtime, db, limiter, rules, index, relay, RecordWriter(db, relay, runtime)

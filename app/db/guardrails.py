@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text, false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from .base import Base, UtcDateTime
@@ -29,6 +29,10 @@ class GuardrailEvaluation(Base):
     violations: Mapped[int] = mapped_column(Integer)
     warnings: Mapped[int] = mapped_column(Integer)
     rule_set_version: Mapped[str] = mapped_column(String(64))
+    # The exact rule set used: SHA-256 of its canonical content, a guardrail_rule_sets row
+    # (NULL for evaluations stored before rule sets were kept). No foreign key: SQLite would
+    # rebuild this append-only table to add one.
+    rule_set_hash: Mapped[str | None] = mapped_column(String(64), index=True)
 
 
 class GuardrailRuleResult(Base):
@@ -41,3 +45,20 @@ class GuardrailRuleResult(Base):
     fired: Mapped[bool] = mapped_column(Boolean)
     message: Mapped[str | None] = mapped_column(Text)
     error: Mapped[str | None] = mapped_column(Text)
+    # "enforce", or "shadow": evaluated and stored, never part of the verdict. A shadow rule
+    # never has ``fired`` set; what it would have done is in would_block / would_warn.
+    mode: Mapped[str] = mapped_column(String(8), default="enforce", server_default="enforce")
+    would_block: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    would_warn: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+
+
+class GuardrailRuleSet(Base):
+    """Every rule set an evaluation used, stored once, with its full content (the canonical
+    JSON whose SHA-256 is ``hash``), so a verdict can be replayed with the rules of its day."""
+
+    __tablename__ = "guardrail_rule_sets"
+
+    hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    version: Mapped[str] = mapped_column(String(64))  # the ruleSetVersion clients were shown
+    rules: Mapped[int] = mapped_column(Integer)  # how many rules it holds
+    content: Mapped[str] = mapped_column(Text)

@@ -1,12 +1,14 @@
 """Every table of the schema, imported in one place so Alembic sees the whole metadata."""
 
+from .audit import AuditEntry
 from .base import Base
 from .decisions import Decision, DecisionReason, DecisionReview, DecisionTag
-from .guardrails import GuardrailEvaluation, GuardrailRuleResult
+from .guardrails import GuardrailEvaluation, GuardrailRuleResult, GuardrailRuleSet
 from .intents import Intent, IntentMatch
 from .outbox import OutboxEvent
 
 __all__ = [
+    "AuditEntry",
     "Base",
     "Decision",
     "DecisionReason",
@@ -14,6 +16,7 @@ __all__ = [
     "DecisionTag",
     "GuardrailEvaluation",
     "GuardrailRuleResult",
+    "GuardrailRuleSet",
     "Intent",
     "IntentMatch",
     "OutboxEvent",

@@ -29,7 +29,9 @@ def remove(dialect: str, table: str) -> list[str]:
     return [f"DROP TRIGGER IF EXISTS trg_{table}_append_only ON {table}"]
 
 
-def refuse_replace(dialect: str, table: str, also_when: str | None = None) -> list[str]:
+def refuse_replace(
+    dialect: str, table: str, also_when: str | None = None, *, key: str = "id"
+) -> list[str]:
     """SQLite only: refuse an INSERT that would collide with a row already there.
 
     ``REPLACE`` (and ``INSERT OR REPLACE``) resolves a collision by deleting the old row, and
@@ -37,12 +39,13 @@ def refuse_replace(dialect: str, table: str, also_when: str | None = None) -> li
     ``recursive_triggers`` on: without this trigger a row could be rewritten in place. A
     BEFORE INSERT trigger runs before any conflict is resolved, whatever the pragmas, so it
     refuses the statement while the old row is still there. ``also_when`` adds the collision
-    on a table's other unique keys (an SQL condition on ``NEW``). Postgres has no REPLACE,
+    on a table's other unique keys (an SQL condition on ``NEW``); ``key`` names the primary
+    key's column when it is not ``id``. Postgres has no REPLACE,
     and its upsert (``ON CONFLICT DO UPDATE``) is an UPDATE, refused by the trigger above.
     """
     if dialect != "sqlite":
         return []
-    collides = f"EXISTS (SELECT 1 FROM {table} WHERE id = NEW.id)"
+    collides = f"EXISTS (SELECT 1 FROM {table} WHERE {key} = NEW.{key})"
     if also_when:
         collides = f"{collides} OR ({also_when})"
     return [

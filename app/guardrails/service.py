@@ -1,26 +1,34 @@
 """Evaluate guardrails for a request and store the evaluation as rows.
 
 Used by checkGuardrails, announceIntent and recordDecision alike, so every check an agent
-causes is stored the same way, with the version of the rule set in force.
+causes is stored the same way, with the exact rule set in force (its content is stored once
+per content hash in ``guardrail_rule_sets``, for ``cstp guardrails replay``), and chained in
+the audit trail (app.audit) in the same transaction.
 """
 
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import insert
+from sqlalchemy import Engine, event, insert, select
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
+from app.audit.canonical import covered
+from app.audit.chain import append
 from app.db.base import table_of
-from app.db.guardrails import GuardrailEvaluation, GuardrailRuleResult
+from app.db.guardrails import GuardrailEvaluation, GuardrailRuleResult, GuardrailRuleSet
 from app.errors import GUARDRAIL_EVAL_FAILED, CstpError, invalid_params
 from app.operations.context import CallContext
 from app.runtime import iso
 
 from .evaluate import Evaluation, evaluate
+from .rules import RuleSet
 
 CORE_FIELDS = ("description", "category", "stakes", "confidence")
 
@@ -83,6 +91,7 @@ class Staged:
     checked: Checked
     row: dict[str, Any]  # the guardrail_evaluations row, by column
     rule_rows: list[dict[str, Any]]
+    rule_set: RuleSet
 
 
 def evaluate_request(
@@ -95,7 +104,8 @@ def evaluate_request(
     if request.category is not None and request.category not in settings.categories:
         raise invalid_params(category_field, "must be one of: " + ", ".join(settings.categories))
     facts = facts_of(request)
-    evaluation = evaluate(ctx.services.rules, facts, scope_of(request))
+    rules = ctx.services.rules
+    evaluation = evaluate(rules, facts, scope_of(request))
     if evaluation.failed:
         raise CstpError(
             GUARDRAIL_EVAL_FAILED,
@@ -119,31 +129,83 @@ def evaluate_request(
         "violations": len(evaluation.violations),
         "warnings": len(evaluation.warnings),
         "rule_set_version": evaluation.version,
+        "rule_set_hash": rules.hash,
     }
-    messages = {r.guardrail_id: r.message for r in (*evaluation.violations, *evaluation.warnings)}
     rule_rows = [
         {
             "evaluation_id": evaluation_id,
             "guardrail_id": c.guardrail_id,
             "severity": c.severity,
+            "mode": c.mode,
             "fired": c.fired,
-            "message": messages.get(c.guardrail_id),
+            "would_block": c.would and c.severity == "block",
+            "would_warn": c.would and c.severity == "warn",
+            "message": c.message,
             "error": c.error,
         }
         for c in evaluation.results
     ]
-    return Staged(Checked(evaluation, evaluation_id, iso(now)), row, rule_rows)
+    return Staged(Checked(evaluation, evaluation_id, iso(now)), row, rule_rows, rules)
 
 
 async def store(session: AsyncSession, staged: Sequence[Staged]) -> None:
-    """Write evaluations: one insert for the evaluation rows, then one for all their per-rule
-    rows. Plain Core inserts: nothing reads these rows back as ORM objects."""
+    """Write evaluations: their rule sets when not stored yet, one insert for the evaluation
+    rows, then one for all their per-rule rows, and their audit chain entries (written when
+    the transaction commits). Plain Core inserts: nothing reads these rows back as ORM
+    objects."""
     if not staged:
         return
+    await _store_rule_sets(session, {s.rule_set.hash: s.rule_set for s in staged})
     await session.execute(insert(table_of(GuardrailEvaluation)), [s.row for s in staged])
     rule_rows = [r for s in staged for r in s.rule_rows]
     if rule_rows:
         await session.execute(insert(table_of(GuardrailRuleResult)), rule_rows)
+    append(
+        session,
+        *(
+            covered("guardrail_evaluations", s.row, {"guardrail_rule_results": s.rule_rows})
+            for s in staged
+        ),
+    )
+
+
+# The rule sets known to be stored, per database engine: once a process has seen its rule
+# set committed, its evaluations cost no statement more.
+_stored_rule_sets: weakref.WeakKeyDictionary[Engine, set[str]] = weakref.WeakKeyDictionary()
+
+
+async def _store_rule_sets(session: AsyncSession, rule_sets: Mapping[str, RuleSet]) -> None:
+    """Store each rule set not stored yet (append-only: a stored one is never rewritten).
+    Postgres: INSERT … ON CONFLICT DO NOTHING (two processes may store the same set at
+    once). SQLite: a look-up, then the insert; write transactions there are serialized, and
+    an ``INSERT OR IGNORE`` would meet the append-only trigger that refuses collisions."""
+    bind = session.get_bind()
+    assert isinstance(bind, Engine)  # sessions are bound to engines here, not connections
+    known = _stored_rule_sets.setdefault(bind, set())
+    missing = [rs for h, rs in rule_sets.items() if h not in known]
+    if not missing:
+        return
+    table = table_of(GuardrailRuleSet)
+    for rule_set in missing:
+        row = {
+            "hash": rule_set.hash,
+            "version": rule_set.version,
+            "rules": len(rule_set.rules),
+            "content": rule_set.content,
+        }
+        if bind.dialect.name == "postgresql":
+            await session.execute(
+                postgresql.insert(table).values(row).on_conflict_do_nothing(index_elements=["hash"])
+            )
+        elif (
+            await session.execute(select(table.c.hash).where(table.c.hash == rule_set.hash))
+        ).first() is None:
+            await session.execute(insert(table).values(row))
+
+    def remember(_session: Session) -> None:
+        known.update(rs.hash for rs in missing)
+
+    event.listen(session.sync_session, "after_commit", remember, once=True)
 
 
 async def check(

@@ -19,16 +19,22 @@ FORGED = {
     "guardrail_evaluations": ("allowed", "NOT allowed"),
     "guardrail_rule_results": ("message", "'edited'"),
     "decision_reviews": ("outcome", "'success'"),
+    "audit_chain": ("hash", "'forged'"),
+    "guardrail_rule_sets": ("content", "'{}'"),
 }
+# The primary key of the tables whose key is not ``id``.
+KEYS = {"audit_chain": "seq", "guardrail_rule_sets": "hash"}
 
 
 async def columns(url: str, table: str) -> list[str]:
-    row = (await run_sql(url, f"SELECT * FROM {table} ORDER BY id LIMIT 1"))[0]
+    row = (await run_sql(url, f"SELECT * FROM {table} ORDER BY {KEYS.get(table, 'id')} LIMIT 1"))[0]
     return list(row)
 
 
 async def snapshot(url: str) -> dict[str, list[dict[str, Any]]]:
-    return {t: await run_sql(url, f"SELECT * FROM {t} ORDER BY id") for t in FORGED}
+    return {
+        t: await run_sql(url, f"SELECT * FROM {t} ORDER BY {KEYS.get(t, 'id')}") for t in FORGED
+    }
 
 
 async def seed(rpc: Rpc) -> None:
@@ -56,17 +62,18 @@ async def seed(rpc: Rpc) -> None:
 
 def statements(database_url: str, table: str, cols: list[str]) -> list[str]:
     column, value = FORGED[table]
+    key = KEYS.get(table, "id")
     forged = ", ".join(value if c == column else c for c in cols)
     names = ", ".join(cols)
-    copy = f"SELECT {forged} FROM {table} WHERE id = (SELECT MIN(id) FROM {table})"
+    copy = f"SELECT {forged} FROM {table} WHERE {key} = (SELECT MIN({key}) FROM {table})"
     upsert = (
         f"INSERT INTO {table} ({names}) {copy} "
-        f"ON CONFLICT (id) DO UPDATE SET {column} = excluded.{column}"
+        f"ON CONFLICT ({key}) DO UPDATE SET {column} = excluded.{column}"
     )
     out = [
         f"UPDATE {table} SET {column} = {value}",
         f"DELETE FROM {table}",
-        f"DELETE FROM {table} WHERE id = (SELECT MIN(id) FROM {table})",
+        f"DELETE FROM {table} WHERE {key} = (SELECT MIN({key}) FROM {table})",
         upsert,
     ]
     if database_url.startswith("sqlite"):

@@ -1,0 +1,6 @@
+"""The tamper-evident audit trail: one hash chain over every audited row (docs/AUDIT.md).
+
+- ``canonical``: what an entry's digest is the digest of (a row's canonical form).
+- ``chain``: appending entries in the transaction of the rows they cover, serialized.
+- ``verify``: recomputing digests and links, checkpoints.
+"""

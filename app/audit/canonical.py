@@ -1,0 +1,380 @@
+"""The canonical form of an audited row: what an audit chain entry's digest is the digest of.
+
+An audited row is one row of ``intents``, ``guardrail_evaluations``, ``decisions`` or
+``decision_reviews``, together with its child rows (an intent's matches, an evaluation's
+per-rule results, a decision's reasons and tags). Its canonical form is a JSON object:
+
+- one member per column of the table's fixed list below, named by the database column;
+- one member per child table, named by that table: an array of the child rows, each an object
+  of the child's listed columns (not its own integer key, not the parent reference), ordered
+  by the child's natural key (compared as values: numbers as numbers, strings by code point),
+  then by the child's own encoding;
+- values: NULL is ``null``; booleans ``true``/``false``; whole-number columns integers;
+  floating-point columns the shortest decimal that reads back as the same double (``0.85``,
+  ``1.0``, ``1e-05``), with -0.0 written ``0.0`` and a non-finite value as the string
+  ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``; timestamps ISO-8601 in UTC with exactly six
+  fractional digits and ``Z`` (``2026-12-02T09:30:00.000000Z``); JSON columns their parsed
+  value, inside which numbers stay as parsed (integers as integers, floats as above);
+  text as stored.
+
+The object is encoded as compact JSON (no whitespace; ``,`` and ``:``), members sorted by
+name (code point order), strings escaped only where JSON requires (``"``, ``\\``, control
+characters; ``\\n``, ``\\r``, ``\\t``, ``\\b``, ``\\f`` short forms, others as ``\\u00XX``),
+everything else as UTF-8. The digest is the SHA-256 of those bytes, in lower-case hex.
+
+The column lists are fixed here, not read from the schema: a column added to a table later is
+not covered until a new format says so, and the digests of the rows already chained stay
+valid. Review columns of ``decisions`` (``status``, ``outcome``, ``reviewed_*``, …) change with
+every review and are left out: each review is a ``decision_reviews`` row of its own.
+
+The same code computes the form when a row is appended (from the values being inserted) and
+when it is verified (from the values read back), on SQLite and Postgres alike: every value
+is first brought to its column's type, so ``1`` and ``1.0`` in a float column, or ``0``/``1``
+and ``false``/``true`` in a boolean one, encode the same.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, Connection, Float, Integer, Table, inspect, select
+from sqlalchemy.types import TypeEngine
+
+from app.db.base import Base, UtcDateTime, table_of
+from app.db.decisions import Decision, DecisionReason, DecisionReview, DecisionTag
+from app.db.guardrails import GuardrailEvaluation, GuardrailRuleResult
+from app.db.intents import Intent, IntentMatch
+
+FORMAT = 1
+"""The canonical form's format: the column lists below. Any change to them is a new format."""
+
+
+@dataclass(frozen=True)
+class Child:
+    table: Table
+    parent: str  # the column that names the parent row
+    columns: tuple[str, ...]
+    order: tuple[str, ...]  # the natural key the rows are ordered by
+
+
+@dataclass(frozen=True)
+class Audited:
+    """An audited table: its key, creation time, covered columns and child tables."""
+
+    table: Table
+    key: str
+    time: str  # the column that says when the row was created
+    columns: tuple[str, ...]
+    children: tuple[Child, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.table.name
+
+
+INTENTS = Audited(
+    table_of(Intent),
+    "id",
+    "received_at",
+    (
+        "id",
+        "correlation_id",
+        "agent",
+        "received_at",
+        "outcome",
+        "error_code",
+        "intent",
+        "context",
+        "category",
+        "stakes",
+        "confidence",
+        "metadata",
+        "claimed_agent",
+        "request_hash",
+        "allowed",
+        "evaluation_id",
+        "similar_found",
+        "response",
+    ),
+    (
+        Child(
+            table_of(IntentMatch),
+            "intent_id",
+            ("decision_id", "rank", "distance", "outcome"),
+            ("rank",),
+        ),
+    ),
+)
+EVALUATIONS = Audited(
+    table_of(GuardrailEvaluation),
+    "id",
+    "evaluated_at",
+    (
+        "id",
+        "agent",
+        "source",
+        "evaluated_at",
+        "description",
+        "category",
+        "stakes",
+        "confidence",
+        "project",
+        "facts",
+        "allowed",
+        "evaluated",
+        "violations",
+        "warnings",
+        "rule_set_version",
+        "rule_set_hash",
+    ),
+    (
+        Child(
+            table_of(GuardrailRuleResult),
+            "evaluation_id",
+            (
+                "guardrail_id",
+                "severity",
+                "mode",
+                "fired",
+                "would_block",
+                "would_warn",
+                "message",
+                "error",
+            ),
+            ("guardrail_id",),
+        ),
+    ),
+)
+DECISIONS = Audited(
+    table_of(Decision),
+    "id",
+    "created_at",
+    (
+        "id",
+        "summary",
+        "decision",
+        "category",
+        "confidence",
+        "stakes",
+        "created_at",
+        "recorded_by",
+        "context",
+        "mental_state",
+        "review_in",
+        "review_by",
+        "kpi_indicators",
+        "pre_query_run",
+        "pre_similar_found",
+        "pre_guardrails_checked",
+        "pre_guardrails_passed",
+        "project",
+        "feature",
+        "pr",
+        "file",
+        "line",
+        "commit",
+        "intent_id",
+        "correlation_id",
+        "guardrail_evaluation_id",
+    ),
+    (
+        Child(
+            table_of(DecisionReason),
+            "decision_id",
+            ("position", "type", "text", "strength"),
+            ("position",),
+        ),
+        Child(table_of(DecisionTag), "decision_id", ("tag", "position"), ("position", "tag")),
+    ),
+)
+REVIEWS = Audited(
+    table_of(DecisionReview),
+    "id",
+    "reviewed_at",
+    (
+        "id",
+        "decision_id",
+        "outcome",
+        "actual_result",
+        "lessons",
+        "notes",
+        "affected_kpis",
+        "reviewed_by",
+        "reviewed_at",
+    ),
+)
+
+AUDITED: dict[str, Audited] = {a.name: a for a in (EVALUATIONS, INTENTS, DECISIONS, REVIEWS)}
+"""Every audited table, by name; in the order rows created at the same instant are chained
+by the migration that built the chain over existing rows (an evaluation before the intent or
+decision that refers to it)."""
+
+
+@dataclass(frozen=True)
+class Covered:
+    """What one chain entry covers: a row (table and key, as text) and its digest."""
+
+    table: str
+    row_id: str
+    digest: str
+
+
+# ---- values -----------------------------------------------------------------------------------
+
+
+def iso_utc(value: datetime) -> str:
+    """``YYYY-MM-DDTHH:MM:SS.ffffffZ`` in UTC (a naive value is taken as UTC)."""
+    v = value.astimezone(UTC) if value.tzinfo is not None else value
+    return (
+        f"{v.year:04d}-{v.month:02d}-{v.day:02d}T{v.hour:02d}:{v.minute:02d}:"
+        f"{v.second:02d}.{v.microsecond:06d}Z"
+    )
+
+
+def _float(value: float) -> float | str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return value + 0.0  # -0.0 + 0.0 is 0.0: SQLite may read a stored -0.0 back as 0.0
+
+
+def _json_value(value: Any) -> Any:
+    """A parsed JSON value with its floats made canonical (tuples, as lists)."""
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float):
+        return _float(value)
+    if isinstance(value, Mapping):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    return str(value)  # not a JSON value; what json.dumps(default=str) would have stored
+
+
+def value_of(value: Any, type_: TypeEngine[Any]) -> Any:
+    """``value`` brought to its column's type, ready for the canonical JSON."""
+    if value is None:
+        return None
+    if isinstance(type_, Boolean):
+        return bool(value)
+    if isinstance(type_, Float):
+        return _float(float(value))
+    if isinstance(type_, Integer):
+        return int(value)
+    if isinstance(type_, UtcDateTime):
+        return iso_utc(value)
+    if isinstance(type_, JSON):
+        return _json_value(value)
+    return str(value)
+
+
+def encode(document: Any) -> bytes:
+    """Compact, sorted-key JSON in UTF-8: the bytes that are hashed."""
+    return json.dumps(
+        document, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def digest_of(document: Any) -> str:
+    return hashlib.sha256(encode(document)).hexdigest()
+
+
+# ---- documents --------------------------------------------------------------------------------
+
+
+def _row(table: Table, columns: Iterable[str], values: Mapping[str, Any]) -> dict[str, Any]:
+    return {c: value_of(values.get(c), table.c[c].type) for c in columns}
+
+
+def _sort_key(child: Child, row: dict[str, Any]) -> tuple[Any, ...]:
+    # Natural key first (None first, then by value; numbers and strings never share a key
+    # column), then the whole encoding so that even duplicated keys order one way.
+    return (*((v is not None, v) for v in (row[c] for c in child.order)), encode(row))
+
+
+def document(
+    audited: Audited,
+    values: Mapping[str, Any],
+    children: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+) -> dict[str, Any]:
+    """The canonical form of one row (column name -> value) and its child rows (child table
+    name -> rows as column name -> value; a child table left out has no rows)."""
+    out = _row(audited.table, audited.columns, values)
+    for child in audited.children:
+        rows = [
+            _row(child.table, child.columns, r) for r in (children or {}).get(child.table.name, ())
+        ]
+        rows.sort(key=functools.partial(_sort_key, child))
+        out[child.table.name] = rows
+    return out
+
+
+def covered(
+    table: str,
+    values: Mapping[str, Any],
+    children: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+) -> Covered:
+    """The entry for a row being inserted with Core (its values by column name)."""
+    audited = AUDITED[table]
+    return Covered(table, str(values[audited.key]), digest_of(document(audited, values, children)))
+
+
+def _columns(obj: Base) -> dict[str, Any]:
+    mapper = inspect(type(obj))
+    return {attr.columns[0].name: getattr(obj, attr.key) for attr in mapper.column_attrs}
+
+
+def covered_object(obj: Base) -> Covered:
+    """The entry for a row added as an ORM object, once flushed (its key assigned). Children
+    are read from the object's relationships to the child tables (a decision's reasons and
+    tags); a child table with no relationship on the object has no rows (a failed intent)."""
+    audited = AUDITED[table_of(type(obj)).name]
+    mapper = inspect(type(obj))
+    children: dict[str, list[dict[str, Any]]] = {}
+    for rel in mapper.relationships:
+        target = rel.mapper.local_table
+        for child in audited.children:
+            if child.table is target:
+                children[child.table.name] = [_columns(item) for item in getattr(obj, rel.key)]
+    return covered(audited.name, _columns(obj), children)
+
+
+# ---- reading rows back ------------------------------------------------------------------------
+
+
+def key_values(audited: Audited, row_ids: Iterable[str]) -> list[Any]:
+    """Row ids (text) as the key column's values; ids that cannot be one are left out."""
+    if isinstance(audited.table.c[audited.key].type, Integer):
+        return [int(r) for r in row_ids if r.isdigit() and len(r) < 20]
+    return list(row_ids)
+
+
+def load(conn: Connection, audited: Audited, row_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The canonical forms of the stored rows among ``row_ids`` (key as text -> form)."""
+    keys = key_values(audited, row_ids)
+    if not keys:
+        return {}
+    # Only the listed columns: a column that a later migration adds may not exist yet when
+    # the migration that builds the chain runs.
+    table, key = audited.table, audited.table.c[audited.key]
+    listed = select(*(table.c[c] for c in audited.columns)).where(key.in_(keys))
+    rows = {str(r[audited.key]): dict(r) for r in conn.execute(listed).mappings()}
+    children: dict[str, dict[str, list[dict[str, Any]]]] = {r: {} for r in rows}
+    for child in audited.children:
+        parent = child.table.c[child.parent]
+        wanted = select(parent, *(child.table.c[c] for c in child.columns))
+        for r in conn.execute(wanted.where(parent.in_(keys))).mappings():
+            children[str(r[child.parent])].setdefault(child.table.name, []).append(dict(r))
+    return {r: document(audited, values, children[r]) for r, values in rows.items()}
+
+
+def digests(conn: Connection, audited: Audited, row_ids: Sequence[str]) -> dict[str, str]:
+    return {r: digest_of(doc) for r, doc in load(conn, audited, row_ids).items()}

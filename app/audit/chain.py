@@ -1,0 +1,150 @@
+"""Appending to the audit chain, in the transaction of the rows an entry covers.
+
+Insert sites call ``append(session, …)`` once per insert: with the ``Covered`` of rows they
+inserted with Core (``canonical.covered``), or with ORM objects they added (digested when the
+transaction commits, after the last flush, so their keys are assigned). Nothing is written
+then: the entries of a transaction are written together just before it commits (a
+``before_commit`` hook on every Session, registered when this module is imported), with one
+lock, one read of the head and one INSERT, whatever the number of entries:
+
+- Postgres: ``SELECT seq, hash FROM cstp_audit_head()`` takes a transaction-level advisory
+  lock (``LOCK_KEY``) and then reads the head. The function is VOLATILE, so its read takes a
+  fresh snapshot after the lock is granted and sees the entries of the transaction that held
+  it before (committed when it let go). The lock is held until this transaction ends: for
+  the INSERT and the COMMIT.
+- SQLite: a write transaction already holds the database's only write lock (``BEGIN
+  IMMEDIATE``), so the head is read with a plain SELECT.
+
+The entry hash is an HMAC-SHA256 under the audit key when one is configured for the engine
+(``use_key``), else a plain SHA-256; the key never reaches the database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Engine, event, insert, select, text
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.orm import Session
+
+from app.db.audit import AuditEntry
+from app.db.base import Base, table_of
+
+from .canonical import Covered, covered_object, encode
+
+GENESIS = "0" * 64
+"""The ``prev_hash`` of the first entry."""
+LOCK_KEY = 0x6373747061756474  # "cstpaudt": the advisory lock that serializes appends
+HEAD_FUNCTION = "cstp_audit_head"
+PENDING = "cstp.audit.pending"
+
+CHAIN = table_of(AuditEntry)
+
+
+@dataclass(frozen=True)
+class Key:
+    """The audit key of an engine's database (``secret`` None: a plain SHA-256 chain)."""
+
+    secret: bytes | None = None
+
+    def __repr__(self) -> str:  # never the key itself
+        return f"Key(keyed={self.secret is not None})"
+
+
+_keys: weakref.WeakKeyDictionary[Engine, Key] = weakref.WeakKeyDictionary()
+
+
+def use_key(engine: AsyncEngine | Engine, secret: bytes | None) -> None:
+    """Sessions on ``engine`` chain under ``secret`` (None: no key). Every engine that writes
+    audited rows must be given its key, even none: an unknown engine fails the commit rather
+    than writing entries under the wrong key."""
+    _keys[engine.sync_engine if isinstance(engine, AsyncEngine) else engine] = Key(secret)
+
+
+def key_for(engine: Engine) -> Key:
+    try:
+        return _keys[engine]
+    except KeyError:
+        raise RuntimeError(
+            "audited rows written on a database engine with no audit key setting "
+            "(app.audit.chain.use_key)"
+        ) from None
+
+
+def entry_hash(
+    secret: bytes | None, seq: int, table: str, row_id: str, digest: str, prev: str
+) -> str:
+    """An entry's hash: over the compact sorted-key JSON of its seq, table, row id, digest and
+    previous hash; HMAC-SHA256 under the key, or SHA-256 without one."""
+    message = encode({"seq": seq, "table": table, "row_id": row_id, "digest": digest, "prev": prev})
+    if secret is None:
+        return hashlib.sha256(message).hexdigest()
+    return hmac.new(secret, message, hashlib.sha256).hexdigest()
+
+
+def append(session: AsyncSession | Session, *items: Covered | Base) -> None:
+    """Chain these rows when ``session``'s transaction commits (no I/O now). An ORM object
+    must be added to the session; it is digested after the commit's last flush."""
+    pending: list[Covered | Base] = session.info.setdefault(PENDING, [])
+    pending.extend(items)
+
+
+def head(conn: Connection, *, lock: bool) -> tuple[int, str]:
+    """The last entry's (seq, hash), (0, GENESIS) for an empty chain. With ``lock`` on
+    Postgres, first takes the appenders' lock (held until the transaction ends)."""
+    if lock and conn.dialect.name == "postgresql":
+        row = conn.execute(text(f"SELECT seq, hash FROM {HEAD_FUNCTION}()")).first()
+    else:
+        row = conn.execute(
+            select(CHAIN.c.seq, CHAIN.c.hash).order_by(CHAIN.c.seq.desc()).limit(1)
+        ).first()
+    return (0, GENESIS) if row is None else (int(row[0]), str(row[1]))
+
+
+def link(
+    start: tuple[int, str], entries: Sequence[Covered], secret: bytes | None
+) -> list[dict[str, Any]]:
+    """The rows of ``entries`` appended after the entry ``start`` (seq, hash)."""
+    seq, prev = start
+    rows = []
+    for entry in entries:
+        seq += 1
+        digest = entry.digest
+        hashed = entry_hash(secret, seq, entry.table, entry.row_id, digest, prev)
+        rows.append(
+            {
+                "seq": seq,
+                "table_name": entry.table,
+                "row_id": entry.row_id,
+                "digest": digest,
+                "prev_hash": prev,
+                "hash": hashed,
+                "keyed": secret is not None,
+            }
+        )
+        prev = hashed
+    return rows
+
+
+def write(conn: Connection, entries: Sequence[Covered], secret: bytes | None) -> None:
+    """Lock, read the head, and insert ``entries`` after it in one statement."""
+    if entries:
+        conn.execute(insert(CHAIN).values(link(head(conn, lock=True), entries, secret)))
+
+
+@event.listens_for(Session, "before_commit")
+def _write_pending(session: Session) -> None:
+    """Write the transaction's entries just before it commits (not when a savepoint is
+    released: the outer transaction's commit writes them all)."""
+    if session.in_nested_transaction() or not session.info.get(PENDING):
+        return
+    session.flush()  # the ORM rows first: their keys, then their digests
+    pending = session.info.pop(PENDING)
+    entries = [item if isinstance(item, Covered) else covered_object(item) for item in pending]
+    conn = session.connection()
+    write(conn, entries, key_for(conn.engine).secret)

@@ -1,0 +1,174 @@
+"""The canonical form of audited rows, entry hashes and checkpoints (no database)."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from app.audit import canonical
+from app.audit.chain import GENESIS, entry_hash, link
+from app.audit.verify import Checkpoint, checkpoint_mac, read_checkpoint
+from app.db.decisions import Decision, DecisionReason, DecisionTag
+
+REVIEW: dict[str, Any] = {
+    "id": 7,
+    "decision_id": "1a2b3c4d",
+    "outcome": "partial",
+    "actual_result": None,
+    "lessons": "Cache invalidation was the hard part",
+    "notes": None,
+    "affected_kpis": {"latency": "+40%"},
+    "reviewed_by": "alice",
+    "reviewed_at": datetime(2026, 12, 2, 9, 30, tzinfo=UTC),
+}
+
+
+def test_the_documented_example() -> None:
+    """docs/AUDIT.md shows this form and digest: the format must not drift."""
+    form = canonical.document(canonical.REVIEWS, REVIEW)
+    assert canonical.encode(form) == (
+        b'{"actual_result":null,"affected_kpis":{"latency":"+40%"},"decision_id":"1a2b3c4d",'
+        b'"id":7,"lessons":"Cache invalidation was the hard part","notes":null,'
+        b'"outcome":"partial","reviewed_at":"2026-12-02T09:30:00.000000Z","reviewed_by":"alice"}'
+    )
+    assert canonical.digest_of(form) == (
+        "0f00689809bee6e260a76c64508bf236eb07ac515df9ed6763f0da77838c2446"
+    )
+    assert canonical.covered("decision_reviews", REVIEW).row_id == "7"
+
+
+def test_values_are_brought_to_their_column_type() -> None:
+    """What either database gives back encodes like what was inserted."""
+    inserted = {
+        **REVIEW,
+        "reviewed_at": datetime(2026, 12, 2, 11, 30, tzinfo=timezone(timedelta(hours=2))),
+    }
+    read_back = {**REVIEW, "id": "7", "reviewed_at": datetime(2026, 12, 2, 9, 30)}  # naive UTC
+    assert canonical.document(canonical.REVIEWS, inserted) == canonical.document(
+        canonical.REVIEWS, read_back
+    )
+    evaluation = dict.fromkeys(canonical.EVALUATIONS.columns)
+    one = canonical.document(canonical.EVALUATIONS, {**evaluation, "confidence": 1, "allowed": 1})
+    other = canonical.document(
+        canonical.EVALUATIONS, {**evaluation, "confidence": 1.0, "allowed": True}
+    )
+    assert one == other and one["confidence"] == 1.0 and one["allowed"] is True
+    assert canonical.value_of(-0.0, canonical.EVALUATIONS.table.c.confidence.type) == 0.0
+    assert str(canonical.value_of(-0.0, canonical.EVALUATIONS.table.c.confidence.type)) == "0.0"
+    facts = canonical.value_of(
+        {"n": 1, "x": 1.5, "z": -0.0, "deep": [float("nan"), float("-inf"), (1, 2)]},
+        canonical.EVALUATIONS.table.c.facts.type,
+    )
+    assert facts == {"n": 1, "x": 1.5, "z": 0.0, "deep": ["NaN", "-Infinity", [1, 2]]}
+    assert canonical.encode(facts) == b'{"deep":["NaN","-Infinity",[1,2]],"n":1,"x":1.5,"z":0.0}'
+
+
+def test_timestamps_always_have_six_fractional_digits() -> None:
+    assert canonical.iso_utc(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)) == (
+        "2026-01-02T03:04:05.000000Z"
+    )
+    assert canonical.iso_utc(datetime(5, 1, 2, 3, 4, 5, 7, tzinfo=UTC)) == (
+        "0005-01-02T03:04:05.000007Z"
+    )
+
+
+def test_child_rows_are_ordered_by_their_natural_key_whatever_the_input_order() -> None:
+    intent = dict.fromkeys(canonical.INTENTS.columns) | {"id": "i1"}
+    matches = [
+        {"id": 9, "intent_id": "i1", "decision_id": "bbbbbbbb", "rank": 2, "distance": 0.5},
+        {"id": 3, "intent_id": "i1", "decision_id": "aaaaaaaa", "rank": 1, "distance": 0.25},
+    ]
+    forward = canonical.document(canonical.INTENTS, intent, {"intent_matches": matches})
+    backward = canonical.document(canonical.INTENTS, intent, {"intent_matches": matches[::-1]})
+    assert forward == backward
+    assert forward["intent_matches"] == [  # no own id, no parent reference
+        {"decision_id": "aaaaaaaa", "rank": 1, "distance": 0.25, "outcome": None},
+        {"decision_id": "bbbbbbbb", "rank": 2, "distance": 0.5, "outcome": None},
+    ]
+    without = canonical.document(canonical.INTENTS, intent)
+    assert without["intent_matches"] == []
+
+
+def test_an_orm_decision_digests_like_its_rows() -> None:
+    """The writer appends ORM objects; verification reads plain rows back."""
+    created = datetime(2026, 12, 2, 9, 30, 1, 250, tzinfo=UTC)
+    decision = Decision(
+        id="1a2b3c4d",
+        summary="Use a queue",
+        decision="Use a queue",
+        category="architecture",
+        confidence=1,
+        stakes="high",
+        status="reviewed",
+        outcome="success",  # a review column: not covered
+        created_at=created,
+        recorded_by="alice",
+        kpi_indicators=["latency"],
+        reasons=[DecisionReason(position=0, type="analysis", text="fast", strength=0.9)],
+        tags=[DecisionTag(tag="queue", position=0), DecisionTag(tag="infra", position=1)],
+    )
+    values = dict.fromkeys(canonical.DECISIONS.columns) | {
+        "id": "1a2b3c4d",
+        "summary": "Use a queue",
+        "decision": "Use a queue",
+        "category": "architecture",
+        "confidence": 1.0,
+        "stakes": "high",
+        "created_at": created,
+        "recorded_by": "alice",
+        "kpi_indicators": ["latency"],
+    }
+    rows = {
+        "decision_reasons": [
+            {
+                "decision_id": "1a2b3c4d",
+                "position": 0,
+                "type": "analysis",
+                "text": "fast",
+                "strength": 0.9,
+            }
+        ],
+        "decision_tags": [
+            {"decision_id": "1a2b3c4d", "tag": "infra", "position": 1},
+            {"decision_id": "1a2b3c4d", "tag": "queue", "position": 0},
+        ],
+    }
+    assert canonical.covered_object(decision) == canonical.covered("decisions", values, rows)
+    assert "outcome" not in canonical.document(canonical.DECISIONS, values, rows)
+
+
+def test_entries_link_and_a_key_changes_every_hash() -> None:
+    entries = [canonical.Covered("decision_reviews", str(n), "d" * 64) for n in range(3)]
+    plain = link((0, GENESIS), entries, None)
+    keyed = link((0, GENESIS), entries, b"k" * 32)
+    assert [r["seq"] for r in plain] == [1, 2, 3]
+    assert plain[0]["prev_hash"] == GENESIS
+    assert [r["prev_hash"] for r in plain[1:]] == [r["hash"] for r in plain[:-1]]
+    message = (
+        b'{"digest":"'
+        + b"d" * 64
+        + b'","prev":"'
+        + GENESIS.encode()
+        + (b'","row_id":"0","seq":1,"table":"decision_reviews"}')
+    )
+    assert plain[0]["hash"] == hashlib.sha256(message).hexdigest()
+    assert all(p["hash"] != k["hash"] for p, k in zip(plain, keyed, strict=True))
+    assert not plain[0]["keyed"] and keyed[0]["keyed"]
+    assert keyed[0]["hash"] == entry_hash(b"k" * 32, 1, "decision_reviews", "0", "d" * 64, GENESIS)
+    after = link((41, "a" * 64), entries[:1], None)
+    assert after[0]["seq"] == 42 and after[0]["prev_hash"] == "a" * 64
+
+
+def test_a_checkpoint_round_trips_and_an_edit_breaks_its_mac() -> None:
+    key = b"k" * 32
+    draft = Checkpoint(12, "h" * 64, "2026-12-02T06:00:00.000000Z", True, "")
+    point = Checkpoint(12, "h" * 64, draft.time, True, checkpoint_mac(key, draft.signed()))
+    again = read_checkpoint(point.as_json(), "cp.json")
+    assert checkpoint_mac(key, again.signed()) == again.mac
+    edited = read_checkpoint(point.as_json().replace('"seq": 12', '"seq": 13'), "cp.json")
+    assert checkpoint_mac(key, edited.signed()) != edited.mac
+    with pytest.raises(ValueError, match=r"cp\.json: not a checkpoint"):
+        read_checkpoint('{"seq": 1}', "cp.json")
