@@ -19,6 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 
+from app.audit.chain import append
 from app.db.decisions import Decision, DecisionReason, DecisionReview, DecisionTag
 from app.errors import decision_not_found
 from app.operations.params import parse_timestamp
@@ -228,6 +229,7 @@ async def list_page(
 def add_decision(session: AsyncSession, decision: Decision) -> None:
     """INSERT the decision with its reasons and tags."""
     session.add(decision)
+    append(session, decision)
 
 
 async def try_insert(session: AsyncSession, decision: Decision) -> bool:
@@ -240,14 +242,18 @@ async def try_insert(session: AsyncSession, decision: Decision) -> bool:
             await session.flush()
     except IntegrityError:
         return False
+    append(session, decision)
     return True
 
 
 def add_imported(session: AsyncSession, decision: Decision) -> None:
     """INSERT an imported decision, and its review history row when it has an outcome."""
     session.add(decision)
+    append(session, decision)
     if decision.outcome is not None:
-        session.add(_history_row(decision))
+        history = _history_row(decision)
+        session.add(history)
+        append(session, history)
 
 
 def _history_row(decision: Decision) -> DecisionReview:
@@ -277,18 +283,18 @@ def add_review(
     reviewed_at: datetime,
 ) -> None:
     """INSERT a review into the decision's history and UPDATE the decision to show it."""
-    session.add(
-        DecisionReview(
-            decision_id=decision.id,
-            outcome=outcome,
-            actual_result=actual_result,
-            lessons=lessons,
-            notes=notes,
-            affected_kpis=affected_kpis,
-            reviewed_by=reviewed_by,
-            reviewed_at=reviewed_at,
-        )
+    review = DecisionReview(
+        decision_id=decision.id,
+        outcome=outcome,
+        actual_result=actual_result,
+        lessons=lessons,
+        notes=notes,
+        affected_kpis=affected_kpis,
+        reviewed_by=reviewed_by,
+        reviewed_at=reviewed_at,
     )
+    session.add(review)
+    append(session, review)
     decision.status = "reviewed"
     decision.outcome = outcome
     decision.reviewed_at = reviewed_at

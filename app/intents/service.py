@@ -16,6 +16,8 @@ import msgspec
 from sqlalchemy import Connection, Row, bindparam, insert, select
 from sqlalchemy.exc import IntegrityError
 
+from app.audit.canonical import covered
+from app.audit.chain import append
 from app.db.base import table_of
 from app.db.intents import Intent, IntentMatch
 from app.errors import CONFLICT, CstpError
@@ -188,20 +190,19 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
             if stored is None:
                 raise
             return _replay(stored, fingerprint)
-    if found:
-        await ctx.session.execute(
-            insert(table_of(IntentMatch)),
-            [
-                {
-                    "intent_id": intent_id,
-                    "decision_id": f.decision.id,
-                    "rank": rank,
-                    "distance": f.distance,
-                    "outcome": f.decision.outcome,
-                }
-                for rank, f in enumerate(found, start=1)
-            ],
-        )
+    matches = [
+        {
+            "intent_id": intent_id,
+            "decision_id": f.decision.id,
+            "rank": rank,
+            "distance": f.distance,
+            "outcome": f.decision.outcome,
+        }
+        for rank, f in enumerate(found, start=1)
+    ]
+    if matches:
+        await ctx.session.execute(insert(table_of(IntentMatch)), matches)
+    append(ctx.session, covered("intents", row, {"intent_matches": matches}))
     return msgspec.Raw(encoded)
 
 
@@ -218,24 +219,24 @@ async def record_failure(ctx: CallContext, raw: dict[str, Any], error: CstpError
     except RecursionError:  # nested too deeply to store; the row keeps everything else
         metadata = None
     correlation = _storable(raw.get("correlationId") or raw.get("correlation_id"))
-    ctx.session.add(
-        Intent(
-            id=ctx.services.runtime.uuid(),
-            correlation_id=correlation[:128] if isinstance(correlation, str) else "",
-            agent=ctx.agent,
-            received_at=ctx.services.runtime.now(),
-            outcome="rate_limited" if error.code == -32002 else "failed",
-            error_code=error.code,
-            intent=text("intent"),
-            context=text("context"),
-            category=(text("category") or "")[:64] or None,
-            stakes=(text("stakes") or "")[:16] or None,
-            confidence=float(confidence)
-            if isinstance(confidence, (int, float)) and not isinstance(confidence, bool)
-            else None,
-            metadata_=metadata if isinstance(metadata, dict) else None,
-        )
+    intent = Intent(
+        id=ctx.services.runtime.uuid(),
+        correlation_id=correlation[:128] if isinstance(correlation, str) else "",
+        agent=ctx.agent,
+        received_at=ctx.services.runtime.now(),
+        outcome="rate_limited" if error.code == -32002 else "failed",
+        error_code=error.code,
+        intent=text("intent"),
+        context=text("context"),
+        category=(text("category") or "")[:64] or None,
+        stakes=(text("stakes") or "")[:16] or None,
+        confidence=float(confidence)
+        if isinstance(confidence, (int, float)) and not isinstance(confidence, bool)
+        else None,
+        metadata_=metadata if isinstance(metadata, dict) else None,
     )
+    ctx.session.add(intent)
+    append(ctx.session, intent)
 
 
 def _storable(value: Any) -> Any:
