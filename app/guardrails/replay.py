@@ -1,0 +1,125 @@
+"""Replaying a stored guardrail evaluation with the rule set it used (``cstp guardrails
+replay``).
+
+Every evaluation records the SHA-256 of its rule set's content, stored once per hash in
+``guardrail_rule_sets``. A replay reads the evaluation's stored inputs (its facts and project
+scope), rebuilds that rule set from the stored content (after checking the content still
+hashes to its key), evaluates again, and compares the verdict and every rule's result with
+what was stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from app.db.base import table_of
+from app.db.guardrails import GuardrailEvaluation, GuardrailRuleResult, GuardrailRuleSet
+
+from .evaluate import evaluate
+from .rules import RuleSet, rule_set_from_content
+
+RESULT_FIELDS = ("severity", "mode", "fired", "would_block", "would_warn", "message", "error")
+
+
+class CannotReplay(Exception):
+    """The evaluation is unknown, or its rule set cannot be had; the message says which."""
+
+
+@dataclass
+class Replayed:
+    evaluation: dict[str, Any]  # the stored guardrail_evaluations row
+    rule_set: RuleSet
+    allowed: bool  # the replayed verdict
+    counts: tuple[int, int, int]  # replayed (evaluated, violations, warnings)
+    differences: list[str] = field(default_factory=list)
+
+    @property
+    def same(self) -> bool:
+        return not self.differences
+
+
+def _stored_results(conn: Connection, evaluation_id: str) -> dict[str, dict[str, Any]]:
+    results = table_of(GuardrailRuleResult)
+    columns = [results.c.guardrail_id, *(results.c[f] for f in RESULT_FIELDS)]
+    rows = conn.execute(select(*columns).where(results.c.evaluation_id == evaluation_id))
+    return {str(r.guardrail_id): {f: r._mapping[f] for f in RESULT_FIELDS} for r in rows}
+
+
+def _rule_set(conn: Connection, evaluation: dict[str, Any]) -> RuleSet:
+    wanted = evaluation["rule_set_hash"]
+    if wanted is None:
+        raise CannotReplay(
+            f"evaluation {evaluation['id']} was stored before rule sets were kept "
+            f"(rule set version {evaluation['rule_set_version']}): it cannot be replayed"
+        )
+    sets = table_of(GuardrailRuleSet)
+    row = conn.execute(select(sets.c.content).where(sets.c.hash == wanted)).first()
+    if row is None:
+        raise CannotReplay(f"the rule set {wanted} of evaluation {evaluation['id']} is not stored")
+    content = str(row[0])
+    if hashlib.sha256(content.encode("utf-8")).hexdigest() != wanted:
+        raise CannotReplay(
+            f"the stored rule set {wanted} does not hash to its key: its content was edited"
+        )
+    try:
+        return rule_set_from_content(content, source=f"rule set {wanted}")
+    except ValueError as exc:
+        raise CannotReplay(f"the stored rule set {wanted} cannot be read: {exc}") from None
+
+
+def replay(conn: Connection, evaluation_id: str) -> Replayed:
+    """Evaluate a stored evaluation's inputs again with its own rule set and compare."""
+    table = table_of(GuardrailEvaluation)
+    row = conn.execute(select(table).where(table.c.id == evaluation_id)).mappings().first()
+    if row is None:
+        raise CannotReplay(f"no guardrail evaluation with id {evaluation_id!r}")
+    stored = dict(row)
+    rule_set = _rule_set(conn, stored)
+    ev = evaluate(rule_set, stored["facts"] or {}, stored["project"])
+    replayed = {
+        c.guardrail_id: {
+            "severity": c.severity,
+            "mode": c.mode,
+            "fired": c.fired,
+            "would_block": c.would and c.severity == "block",
+            "would_warn": c.would and c.severity == "warn",
+            "message": c.message,
+            "error": c.error,
+        }
+        for c in ev.results
+    }
+    counts = (ev.evaluated, len(ev.violations), len(ev.warnings))
+    out = Replayed(stored, rule_set, ev.allowed, counts)
+    if bool(stored["allowed"]) != ev.allowed:
+        out.differences.append(
+            f"allowed: stored {_text(stored['allowed'])}, replayed {_text(ev.allowed)}"
+        )
+    for name, value in zip(("evaluated", "violations", "warnings"), counts, strict=True):
+        if stored[name] != value:
+            out.differences.append(f"{name}: stored {stored[name]}, replayed {value}")
+    kept = _stored_results(conn, evaluation_id)
+    for rule_id in sorted(kept.keys() | replayed.keys()):
+        before, after = kept.get(rule_id), replayed.get(rule_id)
+        if before is None:
+            out.differences.append(f"rule {rule_id}: applied now, not stored")
+        elif after is None:
+            out.differences.append(f"rule {rule_id}: stored, does not apply now")
+        else:
+            for f in RESULT_FIELDS:
+                if (
+                    bool(before[f]) if f in ("fired", "would_block", "would_warn") else before[f]
+                ) != after[f]:
+                    out.differences.append(
+                        f"rule {rule_id}: {f} stored {_text(before[f])}, replayed {_text(after[f])}"
+                    )
+    return out
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "null" if value is None else repr(value) if isinstance(value, str) else str(value)
