@@ -11,11 +11,11 @@ so inserts and deletes are all there is to follow.
 - SQLite: an FTS5 table ``decision_search`` (columns ``decision``, ``context``, ``reasons``,
   ``tags``) whose rowid is ``decision_search_keys.id``; that small table maps it to the
   decision's id (an FTS5 rowid must be an integer, and ``decisions`` has none that VACUUM
-  keeps). Tokenizer: ``unicode61`` (letters and digits make tokens, everything else
-  separates them; case and diacritics folded).
+  keeps). Tokenizer: ``porter unicode61`` (letters and digits make tokens, everything
+  else separates them; case and diacritics folded; English words reduced to their stem).
 - Postgres: a table ``decision_search`` (``decision_id``, ``document tsvector``) with a GIN
-  index; the four parts are weighted A, B, C, D. Text search configuration ``simple`` (no
-  stemming, no stop words). Statement-level triggers: one UPDATE per decision and table
+  index; the four parts are weighted A, B, C, D. Text search configuration ``english``
+  (stems, and leaves out English stop words). Statement-level triggers: one UPDATE per decision and table
   however many reasons or tags one INSERT carries.
 
 Both were chosen by the retrieval-quality benchmark (docs/QUALITY.md). The DDL lives here
@@ -31,8 +31,8 @@ from __future__ import annotations
 TABLE = "decision_search"
 KEYS = "decision_search_keys"  # SQLite only
 PG_INDEX = "ix_decision_search_document"
-SQLITE_TOKENIZER = "unicode61"
-PG_CONFIG = "simple"
+SQLITE_TOKENIZER = "porter unicode61"
+PG_CONFIG = "english"
 #: FTS5 columns, in order (bm25() takes one weight per column, in this order).
 COLUMNS = ("decision", "context", "reasons", "tags")
 #: Postgres weight letters of the same parts.
@@ -51,9 +51,10 @@ def owned(name: str | None) -> bool:
 
 def _sqlite_tables(tokenizer: str) -> list[str]:
     columns = ", ".join(COLUMNS)
+    quoted = "'" + tokenizer.replace("'", "''") + "'"
     return [
         f"CREATE TABLE {KEYS} (id INTEGER PRIMARY KEY, decision_id VARCHAR(8) NOT NULL UNIQUE)",
-        f"CREATE VIRTUAL TABLE {TABLE} USING fts5({columns}, tokenize = '{tokenizer}')",
+        f"CREATE VIRTUAL TABLE {TABLE} USING fts5({columns}, tokenize = {quoted})",
     ]
 
 

@@ -25,7 +25,7 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     dialect = op.get_bind().dialect.name
-    for statement in fulltext.install(dialect, tokenizer="unicode61", config="simple"):
+    for statement in fulltext.install(dialect, tokenizer="porter unicode61", config="english"):
         op.execute(statement)
 
 
