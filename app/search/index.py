@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 from chromadb.api.client import Client
 from chromadb.api.models.Collection import Collection
 from chromadb.api.types import Include
@@ -276,6 +277,27 @@ class VectorIndex:
             return sorted(hits, key=lambda h: (h.distance, h.id))
 
         return op
+
+    async def distances(self, vector: Sequence[float], ids: Sequence[str]) -> dict[str, float]:
+        """The cosine distance from ``vector`` to each of ``ids`` that is indexed (computed
+        from their stored vectors: Chroma's own query restricted to ids fails on an id it
+        does not hold, and costs several times more)."""
+        wanted = list(dict.fromkeys(ids))
+        if not wanted:
+            return {}
+
+        def op(c: Collection) -> dict[str, float]:
+            res = c.get(ids=wanted, include=["embeddings"])
+            found = res["ids"]
+            if not found or res["embeddings"] is None:
+                return {}
+            stored = np.asarray(res["embeddings"], dtype=np.float32)
+            query = np.asarray(vector, dtype=np.float32)
+            norms = np.linalg.norm(stored, axis=1) * float(np.linalg.norm(query))
+            cosine = (stored @ query) / np.where(norms == 0.0, 1.0, norms)
+            return {i: float(1.0 - value) for i, value in zip(found, cosine, strict=True)}
+
+        return await self._op(op)
 
     async def get_metadata(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """Stored metadata by id; ids that are not indexed are absent from the result."""

@@ -362,3 +362,61 @@ async def test_prepare_returns_even_when_the_embedder_answers_wrongly(tmp_path: 
         await asyncio.wait_for(idx.prepare(["another text"]), timeout=10)
     finally:
         await idx.aclose()
+
+
+async def test_index_searches_with_ef_search_even_for_an_older_collection(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    """Chroma's default ef_search (100) missed up to 3 of the exact top 10 on the quality
+    benchmark; the index searches with EF_SEARCH, also on a collection made before it was
+    set (Chroma reads it when it opens the index, so it is set before the first search)."""
+    import chromadb
+    from chromadb.config import Settings
+
+    from app.search.chroma import EF_SEARCH
+
+    def client_of(path: Path) -> chromadb.ClientAPI:  # the server's settings, one per path
+        return chromadb.PersistentClient(
+            path=str(path), settings=Settings(anonymized_telemetry=False)
+        )
+
+    path = tmp_path / "chroma"
+    client = client_of(path)
+    client.create_collection(
+        "decisions", configuration={"hnsw": {"space": "cosine"}}, embedding_function=None
+    )
+    assert client.get_collection("decisions").configuration["hnsw"]["ef_search"] == 100
+    idx = VectorIndex.embedded(path, embedder)
+    fresh = VectorIndex.embedded(tmp_path / "fresh", embedder)
+    try:
+        await idx.upsert([entry("a", DEPLOY)])
+        assert [h.id for h in await idx.query(DEPLOY, limit=1)] == ["a"]
+        hnsw = client.get_collection("decisions").configuration["hnsw"]
+        assert hnsw["ef_search"] == EF_SEARCH == 400
+        await fresh.upsert([entry("b", DEPLOY)])
+        made = client_of(tmp_path / "fresh").get_collection("decisions")
+        assert made.configuration["hnsw"]["ef_search"] == EF_SEARCH
+        assert made.configuration["hnsw"]["sync_threshold"] == 100  # the other setting kept
+    finally:
+        await idx.aclose()
+        await fresh.aclose()
+
+
+async def test_distances_are_the_cosine_distances_of_stored_vectors(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    """``distances`` (a hybrid result the vector side did not find) gives what a query
+    would: the cosine distance to the stored vector; an id the index does not hold is left
+    out."""
+    idx = VectorIndex.embedded(tmp_path / "chroma", embedder)
+    try:
+        await idx.upsert([entry("a", DEPLOY), entry("b", "Bake bread for the team party")])
+        vector = await idx.embed_query("roll out the login service")
+        hits = {h.id: h.distance for h in await idx.query_vector(vector, limit=2)}
+        got = await idx.distances(vector, ["a", "b", "missing"])
+        assert set(got) == {"a", "b"}
+        for key, distance in got.items():
+            assert abs(distance - hits[key]) < 1e-5, (key, distance, hits[key])
+        assert await idx.distances(vector, []) == {}
+    finally:
+        await idx.aclose()
