@@ -16,11 +16,14 @@ def register(registry: Registry) -> None:
             QueryDecisionsParams,
             QueryDecisionsResult,
             query_decisions,
-            "Past decisions nearest in meaning to a query, every filter applied.",
-            "Search past decisions by meaning: describe a situation or question and get the most "
-            "similar recorded decisions, with their outcomes when reviewed. Filters (category, "
-            "stakes, status, confidence, dates, agent, tags, project) narrow the results. Use it "
-            "to learn from precedent before deciding.",
+            "Past decisions that best match a query, by meaning and by words, every filter "
+            "applied.",
+            "Search past decisions: describe a situation or question and get the most similar "
+            "recorded decisions, with their outcomes when reviewed. By default both by meaning "
+            "and by the exact words, so ticket ids, error codes, file names and versions find "
+            "the decisions that mention them (retrievalMode semantic or keyword for one side "
+            "only). Filters (category, stakes, status, confidence, dates, agent, tags, project) "
+            "narrow the results. Use it to learn from precedent before deciding.",
             writes=False,
             errors=(QUERY_FAILED,),
             tool="query_decisions",

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import ColumnElement, func, or_, select
 
 from app.db.decisions import Decision
-from app.decisions.document import index_entry, load_decisions
+from app.decisions.document import index_entry
+from app.decisions.repository import load_decisions
 
 if TYPE_CHECKING:
     from app.services import Services

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from msgspec import Meta
 
@@ -19,6 +19,8 @@ from app.wire import (
 )
 
 StakesList = Annotated[list[Stakes], Meta(max_length=4)]
+# How queryDecisions searches: by meaning, by words, or both (app.search.service).
+RetrievalMode = Literal["semantic", "keyword", "hybrid"]
 StatusList = Annotated[list[Status], Meta(max_length=2)]
 
 
@@ -43,11 +45,12 @@ class QueryDecisionsParams(Struct):
     limit: Annotated[int, Meta(ge=1, le=50)] = 10
     include_reasons: bool = False
     filters: QueryFiltersIn | None = None
-    retrieval_mode: Annotated[str, Meta(max_length=32)] | None = None
+    retrieval_mode: RetrievalMode | None = None
 
 
-class FoundDecision(DecisionItem):
-    distance: float | None = None
+class FoundDecision(DecisionItem, kw_only=True):
+    score: float
+    distance: Annotated[float, Meta(ge=0.0, le=2.0)] | None = None
     reasons: list[ReasonOut] | None = None
 
 
@@ -57,4 +60,4 @@ class QueryDecisionsResult(Struct):
     query: str
     query_time_ms: float
     agent: str
-    retrieval_mode: str
+    retrieval_mode: RetrievalMode

@@ -1,38 +1,61 @@
-"""Semantic search over decisions: the vector index ranks, the database has the last word.
+"""Search over decisions: by meaning (the vector index), by words (the database's own
+full-text index) or both (hybrid, the default); the database has the last word.
 
-The hits are read from SQL (the source of truth) and checked against every filter there, so
-a stale index entry (say, a review not yet re-indexed) can never leak a result that breaks a
-filter; when the nearest hits hold too few matches, the filters are pushed down into Chroma,
-so a top-k search never loses a match (see ``search``).
+Semantic: the vector hits are read from SQL (the source of truth) and checked against every
+filter there, so a stale index entry (say, a review not yet re-indexed) can never leak a
+result that breaks a filter; when the nearest hits hold too few matches, the filters are
+pushed down into Chroma, so a top-k search never loses a match (see ``_semantic``).
+Keyword: one SQL statement ranks the decisions that match and applies every filter
+(``app.search.keyword``). Hybrid: both sides' best candidates, merged by
+``app.search.fusion``; the keyword statement runs while the query is embedded.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 from sqlalchemy import Connection
 
-from app.decisions import document
+from app.decisions import document, repository
 from app.errors import query_failed
 from app.operations.context import CallContext
 from app.operations.params import parse_timestamp
 
+from . import fusion, keyword
 from .filters import SearchFilters, matches, to_where
 from .schemas import QueryDecisionsParams, QueryFiltersIn
 from .types import Hit, IndexUnavailable
 
+Mode = Literal["semantic", "keyword", "hybrid"]
+#: What queryDecisions and announceIntent search with when not told (docs/QUALITY.md).
+DEFAULT_MODE: Mode = "hybrid"
 OVERFETCH = 10  # extra hits asked of the index, in case some are stale and dropped
 PROBE = 4  # a filtered search first looks this many times further, unfiltered
 
 
 @dataclass(frozen=True)
+class Match:
+    """A result: ``distance`` is the cosine distance (0 = same meaning), None for a
+    decision the vector side did not find (unless every distance was asked for); ``score``
+    is what the results are ordered by (see ``query_decisions``)."""
+
+    decision: repository.Brief
+    distance: float | None
+    score: float
+
+
+@dataclass(frozen=True)
 class Found:
-    decision: document.Brief
+    """A result with its cosine distance (announceIntent shows and records every one)."""
+
+    decision: repository.Brief
     distance: float
+    score: float
 
 
 def _as_tuple(value: str | Sequence[str] | None) -> tuple[str, ...] | None:
@@ -71,33 +94,113 @@ async def search(
     *,
     tags: bool = True,
     reasons: bool = False,
+    mode: Mode = DEFAULT_MODE,
 ) -> list[Found]:
-    """Nearest decisions satisfying every filter, nearest first. -32003 if the index fails.
+    """The best ``limit`` decisions satisfying every filter, best first, each with its
+    cosine distance: one the keyword side alone found gets it from its stored vector (a
+    decision the vector index does not hold yet has none and is left out). -32003 if the
+    index fails."""
+    found = await find(
+        ctx, text, filters, limit, tags=tags, reasons=reasons, mode=mode, distances=True
+    )
+    return [Found(m.decision, m.distance, m.score) for m in found if m.distance is not None]
 
-    The index is asked only for ids and distances: reading Chroma's metadata costs more than
-    the nearest-neighbour search itself (top-60 at 10,000 decisions: 3.7 ms with metadata,
-    1.1 ms without), and SQL has the last word on every filter anyway. Chroma pre-filters a
-    ``where`` query by scanning metadata, which grows with the corpus (9 ms for a top-15 at
-    10,000 decisions), so a filtered search first probes the nearest ``PROBE`` x as many
-    decisions unfiltered and keeps those whose rows match: when that yields ``limit``
-    results, or the probe saw the whole collection, they are exactly the filtered query's
-    results. Otherwise it asks Chroma with the ``where`` clause, which never misses a match.
-    ``tags`` and ``reasons`` say whether the results need each decision's tags and reasons.
-    """
-    index = ctx.services.index
-    wanted = limit + OVERFETCH
-    where = to_where(filters)
+
+async def find(
+    ctx: CallContext,
+    text: str,
+    filters: SearchFilters,
+    limit: int,
+    *,
+    tags: bool = True,
+    reasons: bool = False,
+    mode: Mode = DEFAULT_MODE,
+    distances: bool = False,
+) -> list[Match]:
+    """The best ``limit`` decisions satisfying every filter, best first, by ``mode``.
+    ``tags`` and ``reasons`` say whether the results need each decision's tags and reasons;
+    ``distances`` whether every result needs its cosine distance. -32003 if the index fails
+    (semantic and hybrid; keyword only when asked for distances)."""
     try:
-        # The embedding and the first query share one trip to a worker thread.
-        first = wanted if where is None else wanted * PROBE
-        vector, hits = await index.query_text(text, limit=first, metadata=False)
-        if where is not None:
-            found = await _verified(ctx, hits, filters, limit, tags, reasons)
-            if len(found) == limit or len(hits) < first:
-                return found
-            hits = await index.query_vector(vector, where=where, limit=wanted, metadata=False)
+        if mode == "keyword":
+            found = await ctx.services.db.read(
+                functools.partial(
+                    _read_keyword,
+                    text=text,
+                    filters=filters,
+                    limit=limit,
+                    tags=tags,
+                    reasons=reasons,
+                ),
+                session=ctx.session,
+            )
+            if distances and found:
+                vector = await ctx.services.index.embed_query(text)
+                found = await _with_distances(ctx, vector, found)
+            return found
+        if mode == "semantic":
+            vector, hits = await _probe(ctx, text, filters, limit)
+            return await _semantic(ctx, vector, hits, filters, limit, tags, reasons)
+        return await _hybrid(ctx, text, filters, limit, tags, reasons, distances)
     except IndexUnavailable:
         raise query_failed() from None
+
+
+async def _with_distances(ctx: CallContext, vector: list[float], found: list[Match]) -> list[Match]:
+    """``found`` with the distance of each result that has none, from its stored vector;
+    left None for a decision the index does not hold. Raises IndexUnavailable."""
+    missing = [m.decision.id for m in found if m.distance is None]
+    if not missing:
+        return found
+    known = await ctx.services.index.distances(vector, missing)
+    return [
+        m
+        if m.distance is not None or m.decision.id not in known
+        else replace(m, distance=max(0.0, known[m.decision.id]))
+        for m in found
+    ]
+
+
+# ---------------------------------------------------------------- semantic
+
+
+async def _probe(
+    ctx: CallContext, text: str, filters: SearchFilters, limit: int
+) -> tuple[list[float], list[Hit]]:
+    """The query's vector and the index's first answer, in one trip to a worker thread:
+    the nearest ``limit + OVERFETCH``, or PROBE times as many when filtered (see
+    ``_semantic``). Ids and distances only: reading Chroma's metadata costs more than the
+    nearest-neighbour search itself (top-60 at 10,000 decisions: 3.7 ms with metadata, 1.1
+    ms without), and SQL has the last word on every filter anyway."""
+    wanted = limit + OVERFETCH
+    first = wanted if filters.is_empty() else wanted * PROBE
+    return await ctx.services.index.query_text(text, limit=first, metadata=False)
+
+
+async def _semantic(
+    ctx: CallContext,
+    vector: list[float],
+    hits: list[Hit],
+    filters: SearchFilters,
+    limit: int,
+    tags: bool,
+    reasons: bool,
+) -> list[Match]:
+    """The nearest decisions satisfying every filter, from the probe's hits. Chroma
+    pre-filters a ``where`` query by scanning metadata, which grows with the corpus (9 ms for
+    a top-15 at 10,000 decisions), so a filtered search first probes the nearest ``PROBE`` x
+    as many decisions unfiltered and keeps those whose rows match: when that yields
+    ``limit`` results, or the probe saw the whole collection, they are exactly the filtered
+    query's results. Otherwise it asks Chroma with the ``where`` clause, which never misses
+    a match. Raises IndexUnavailable."""
+    wanted = limit + OVERFETCH
+    if not filters.is_empty():
+        found = await _verified(ctx, hits, filters, limit, tags, reasons)
+        if len(found) == limit or len(hits) < wanted * PROBE:
+            return found
+        hits = await ctx.services.index.query_vector(
+            vector, where=to_where(filters), limit=wanted, metadata=False
+        )
     return await _verified(ctx, hits, filters, limit, tags, reasons)
 
 
@@ -108,7 +211,7 @@ async def _verified(
     limit: int,
     tags: bool,
     reasons: bool,
-) -> list[Found]:
+) -> list[Match]:
     """The hits whose row in SQL (the source of truth) satisfies the filters, in order.
 
     Read by ``Database.read``: on SQLite in a read transaction of its own (a write method,
@@ -130,38 +233,125 @@ def _read_verified(
     limit: int,
     tags: bool,
     reasons: bool,
-) -> list[Found]:
-    """Rows are read as plain column values (``document.Brief``). Unfiltered, nearly every
+) -> list[Match]:
+    """Rows are read as plain column values (``repository.Brief``). Unfiltered, nearly every
     hit is kept, so rows are read ``limit`` at a time (doubling); filtered, the whole list is
     read at once, one statement instead of several. Tags are read before the check only when
     a filter needs them, else only for the results."""
-    found: list[Found] = []
+    found: list[Match] = []
     filtered = not filters.is_empty()
     start, chunk = 0, max(1, len(hits) if filtered else limit)
     while start < len(hits) and len(found) < limit:
         batch = hits[start : start + chunk]
         start, chunk = start + chunk, chunk * 2
-        rows = document.load_briefs(conn, [h.id for h in batch])
+        rows = repository.load_briefs(conn, [h.id for h in batch])
         if filters.tags:
-            document.add_tags(conn, list(rows.values()))
+            repository.add_tags(conn, list(rows.values()))
         for hit in batch:
             row = rows.get(hit.id)
             if row is None or (filtered and not matches(filters, document.index_metadata(row))):
                 continue
-            found.append(Found(row, max(0.0, hit.distance)))
+            distance = max(0.0, hit.distance)
+            found.append(Match(row, distance, 1.0 - distance))
             if len(found) == limit:
                 break
-    briefs = [f.decision for f in found]
-    if tags and not filters.tags:
-        document.add_tags(conn, briefs)
-    if reasons:
-        document.add_reasons(conn, briefs)
+    _complete(conn, [f.decision for f in found], tags and not filters.tags, reasons)
     return found
 
 
-def summary(found: Found, *, include_reasons: bool) -> dict[str, Any]:
+def _complete(conn: Connection, briefs: list[repository.Brief], tags: bool, reasons: bool) -> None:
+    if tags:
+        repository.add_tags(conn, briefs)
+    if reasons:
+        repository.add_reasons(conn, briefs)
+
+
+# ---------------------------------------------------------------- keyword
+
+
+def _read_keyword(
+    conn: Connection,
+    *,
+    text: str,
+    filters: SearchFilters,
+    limit: int,
+    tags: bool,
+    reasons: bool,
+) -> list[Match]:
+    hits = keyword.search(conn, text, filters, limit)
+    _complete(conn, [h.decision for h in hits], tags, reasons)
+    return [Match(h.decision, None, h.score) for h in hits]
+
+
+# ---------------------------------------------------------------- hybrid
+
+
+async def _hybrid(
+    ctx: CallContext,
+    text: str,
+    filters: SearchFilters,
+    limit: int,
+    tags: bool,
+    reasons: bool,
+    distances: bool,
+) -> list[Match]:
+    """Each side's best ``depth`` candidates (satisfying the filters), merged. The index's
+    probe (the embedding, then Chroma, in a worker thread) is started first; the keyword
+    statement runs while it works (on SQLite on this thread, which the probe's thread does
+    not need; on Postgres in the call's transaction), then the probe's hits are verified
+    like a semantic search's. Raises IndexUnavailable."""
+    depth = max(fusion.DEPTH, limit + OVERFETCH)
+    probe = asyncio.ensure_future(_probe(ctx, text, filters, depth))
+    await asyncio.sleep(0)  # the probe reaches its worker thread before the read below
+    try:
+        by_words = await ctx.services.db.read(
+            functools.partial(keyword.search, query=text, filters=filters, limit=depth),
+            session=ctx.session,
+        )
+    except BaseException:
+        await asyncio.gather(probe, return_exceptions=True)  # never left running unobserved
+        raise
+    vector, hits = await probe
+    by_meaning = await _semantic(ctx, vector, hits, filters, depth, False, False)
+    merged = fusion.fuse(
+        [(m.decision.id, m.distance or 0.0) for m in by_meaning],
+        [(h.decision.id, h.score) for h in by_words],
+        len(keyword.terms(text)),
+    )
+    briefs = {h.decision.id: h.decision for h in by_words}
+    briefs.update((m.decision.id, m.decision) for m in by_meaning)
+    # The vector side's rows hold their tags when a filter needed them: every result's are
+    # read again below, into a fresh list.
+    found = [
+        Match(replace(briefs[m.id], tag_names=[], reasons=[]), m.distance, m.score)
+        for m in merged[:limit]
+    ]
+    if distances:
+        found = await _with_distances(ctx, vector, found)
+    if found and (tags or reasons):
+        await ctx.services.db.read(
+            functools.partial(
+                _complete_all, briefs=[m.decision for m in found], tags=tags, reasons=reasons
+            ),
+            session=ctx.session,
+        )
+    return found
+
+
+def _complete_all(
+    conn: Connection, *, briefs: list[repository.Brief], tags: bool, reasons: bool
+) -> None:
+    _complete(conn, briefs, tags, reasons)
+
+
+# ---------------------------------------------------------------- queryDecisions
+
+
+def summary(found: Match, *, include_reasons: bool) -> dict[str, Any]:
     item = document.list_item(found.decision)
-    item["distance"] = round(found.distance, 6)
+    if found.distance is not None:
+        item["distance"] = round(found.distance, 6)
+    item["score"] = round(found.score, 6)
     if include_reasons:
         item["reasons"] = document.reasons_of(found.decision)
     return item
@@ -170,12 +360,13 @@ def summary(found: Found, *, include_reasons: bool) -> dict[str, Any]:
 async def query_decisions(ctx: CallContext, p: QueryDecisionsParams) -> dict[str, Any]:
     started = time.perf_counter()
     filters = to_filters(p.filters)
-    found = await search(ctx, p.query, filters, p.limit, reasons=p.include_reasons)
+    mode: Mode = p.retrieval_mode or DEFAULT_MODE
+    found = await find(ctx, p.query, filters, p.limit, reasons=p.include_reasons, mode=mode)
     return {
         "decisions": [summary(f, include_reasons=p.include_reasons) for f in found],
         "total": len(found),
         "query": p.query,
         "queryTimeMs": round((time.perf_counter() - started) * 1000, 2),
         "agent": ctx.agent,
-        "retrievalMode": "semantic",
+        "retrievalMode": mode,
     }

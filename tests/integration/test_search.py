@@ -288,7 +288,8 @@ async def query(rpc: Rpc, filters: dict[str, Any], **extra: Any) -> dict[str, An
 
 
 def check_result(result: dict[str, Any], expected: set[str], label: str) -> None:
-    """Exact id set, ascending distances in [0, 2], and each item matches what was recorded."""
+    """Exact id set, descending scores (what every mode orders by), distances in [0, 2], and
+    each item matches what was recorded."""
     items = result["decisions"]
     got = [item["id"] for item in items]
     by_id = {d.id: d for d in CORPUS}
@@ -297,8 +298,9 @@ def check_result(result: dict[str, Any], expected: set[str], label: str) -> None
     assert len(got) == len(set(got)), f"{label}: duplicate ids {got}"
     assert not missing and not extra, f"{label}: missing decisions {missing}, unexpected {extra}"
     assert result["total"] == len(items)
-    distances = [item["distance"] for item in items]
-    assert distances == sorted(distances), f"{label}: not sorted by distance: {distances}"
+    scores = [item["score"] for item in items]
+    assert scores == sorted(scores, reverse=True), f"{label}: not sorted by score: {scores}"
+    distances = [item["distance"] for item in items if "distance" in item]
     assert all(0.0 <= x <= 2.0 for x in distances), distances
     for item in items:
         d = by_id[item["id"]]
