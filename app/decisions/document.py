@@ -99,11 +99,12 @@ def export_fields(d: Decision) -> dict[str, Any]:
 
 
 def index_text(d: Decision) -> str:
-    """The text that is embedded: the decision, its context and its reasons."""
+    """The text that is embedded: the decision and its context. Its reasons (and tags) are
+    searched by the keyword index only: embedded with them, paraphrases of a decision found
+    it less often (docs/QUALITY.md)."""
     parts = [d.decision]
     if d.context:
         parts.append(d.context)
-    parts.extend(r.text for r in d.reasons)
     return "\n".join(parts)
 
 
