@@ -36,7 +36,6 @@ from sqlalchemy import (
     TextClause,
     bindparam,
     column,
-    exists,
     func,
     literal_column,
     select,
@@ -47,15 +46,18 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.types import Text
 
 from app.db import fulltext
-from app.db.decisions import Decision, DecisionTag
+from app.db.decisions import Decision
 from app.decisions.repository import SEARCH_COLUMNS, Brief
 
+from . import filter_sql
 from .filters import SearchFilters
 
 #: At most this many distinct words of a query are looked up (the first ones).
 MAX_TERMS = 32
 #: The phrases kept match this many decisions at most, together (see the module docstring).
-POSTINGS_BUDGET = 2000
+POSTINGS_BUDGET = 500
+#: A phrase found in more decisions than this is left out (and counted only up to here).
+WORD_CAP = 250
 #: FTS5 bm25() weight of each column (decision, context, reasons, tags).
 BM25_WEIGHTS = (1.0, 1.0, 1.0, 1.0)
 #: The text search configuration of the index (what its triggers use).
@@ -94,12 +96,12 @@ def fts5_phrase(word: str) -> str:
 
 def search(conn: Connection, query: str, filters: SearchFilters, limit: int) -> list[KeywordHit]:
     """The ``limit`` decisions satisfying ``filters`` that best match ``query``'s words,
-    best first (ties by id)."""
+    best first (ties: SQLite in index order, Postgres by id)."""
     words = terms(query)
     if not words or limit < 1:
         return []
-    values = _filter_values(filters)
-    statement = _statement(conn.dialect.name, _shape(filters))
+    values = filter_sql.values(filters)
+    statement = _statement(conn.dialect.name, filter_sql.shape(filters))
     if conn.dialect.name == "sqlite":
         kept, weight = _sqlite_kept(conn, words)
         if not kept:
@@ -107,7 +109,7 @@ def search(conn: Connection, query: str, filters: SearchFilters, limit: int) -> 
         params: dict[str, Any] = {"match": " OR ".join(fts5_phrase(w) for w in kept)}
     else:
         params, weight = (
-            {"words": words, "cap": POSTINGS_BUDGET + 1, "budget": POSTINGS_BUDGET},
+            {"words": words, "cap": WORD_CAP + 1, "budget": POSTINGS_BUDGET},
             1.0,
         )
     rows = conn.execute(statement, {**params, **values, "limit": limit})
@@ -116,10 +118,17 @@ def search(conn: Connection, query: str, filters: SearchFilters, limit: int) -> 
 
 # ---------------------------------------------------------------- which words count
 
-_SQLITE_COUNT = text(
-    f"SELECT count(*) FROM (SELECT 1 FROM {fulltext.TABLE} "
-    f"WHERE {fulltext.TABLE} MATCH :match LIMIT :cap)"
-)
+
+@functools.lru_cache(maxsize=MAX_TERMS)
+def _sqlite_counts(words: int) -> TextClause:
+    """One statement counting the matches of ``words`` phrases (``:w0``...), each only up
+    to ``:cap`` (one statement: each costs more to send than to run)."""
+    counts = ", ".join(
+        f"(SELECT count(*) FROM (SELECT 1 FROM {fulltext.TABLE} "
+        f"WHERE {fulltext.TABLE} MATCH :w{n} LIMIT :cap))"
+        for n in range(words)
+    )
+    return text(f"SELECT {counts}")
 
 
 _SQLITE_ROWS = text(f"SELECT coalesce(max(id), 0) FROM {fulltext.KEYS}")
@@ -135,13 +144,9 @@ def _sqlite_kept(conn: Connection, words: Sequence[str]) -> tuple[list[str], flo
     and the BM25 weight of every word found (the score's divisor). Each count reads the
     index only up to the budget; the row count is the largest key (rows are never deleted
     but with their decision)."""
-    counted: list[tuple[int, str]] = []
-    for word in words:
-        found = conn.execute(
-            _SQLITE_COUNT, {"match": fts5_phrase(word), "cap": POSTINGS_BUDGET + 1}
-        ).scalar_one()
-        if found:
-            counted.append((int(found), word))
+    params: dict[str, Any] = {f"w{n}": fts5_phrase(word) for n, word in enumerate(words)}
+    counts = conn.execute(_sqlite_counts(len(words)), {**params, "cap": WORD_CAP + 1}).one()
+    counted = [(int(found), word) for found, word in zip(counts, words, strict=True) if found]
     if not counted:
         return [], 1.0
     rows = max(int(conn.execute(_SQLITE_ROWS).scalar_one()), max(n for n, _ in counted))
@@ -149,7 +154,7 @@ def _sqlite_kept(conn: Connection, words: Sequence[str]) -> tuple[list[str], flo
     total = 0
     for found, word in sorted(counted):
         total += found
-        if total > POSTINGS_BUDGET:
+        if found > WORD_CAP or total > POSTINGS_BUDGET:
             break
         kept.append(word)
     return kept, sum(fts5_idf(rows, found) for found, _ in counted)
@@ -190,108 +195,10 @@ def _pg_scored() -> TextClause:
         )
         SELECT s.decision_id, sum(k.idf) / (SELECT sum(idf) FROM weighed) AS score
         FROM weighed k JOIN {fulltext.TABLE} s ON s.document @@ k.q
-        WHERE k.running <= :budget
+        WHERE k.running <= :budget AND k.n <= :cap - 1
         GROUP BY s.decision_id
         """
     ).bindparams(bindparam("words", type_=ARRAY(Text())))
-
-
-# ---------------------------------------------------------------- filters in SQL
-
-
-def _unique(values: Sequence[str] | None) -> list[str]:
-    return list(dict.fromkeys(values or ()))
-
-
-def _shape(f: SearchFilters) -> tuple[Any, ...]:
-    """What the statement depends on: which filters are set (and how many tags, and whether
-    an outcome is wanted); the values are bound at execution."""
-    return (
-        f.category is not None,
-        bool(f.stakes),
-        bool(f.status),
-        f.min_confidence is not None,
-        f.max_confidence is not None,
-        f.date_after is not None,
-        f.date_before is not None,
-        f.agent is not None,
-        len(_unique(f.tags)),
-        f.project is not None,
-        f.feature is not None,
-        f.pr is not None,
-        f.has_outcome,
-    )
-
-
-def _filter_values(f: SearchFilters) -> dict[str, Any]:
-    values: dict[str, Any] = {
-        "f_category": f.category,
-        "f_stakes": _unique(f.stakes),
-        "f_status": _unique(f.status),
-        "f_min_confidence": None if f.min_confidence is None else float(f.min_confidence),
-        "f_max_confidence": None if f.max_confidence is None else float(f.max_confidence),
-        "f_date_after": f.date_after,
-        "f_date_before": f.date_before,
-        "f_agent": f.agent,
-        "f_project": f.project,
-        "f_feature": f.feature,
-        "f_pr": None if f.pr is None else int(f.pr),
-    }
-    for n, tag in enumerate(_unique(f.tags)):
-        values[f"f_tag{n}"] = tag
-    return {key: value for key, value in values.items() if value is not None}
-
-
-def _conditions(shape: tuple[Any, ...]) -> list[ColumnElement[bool]]:
-    """The SQL form of ``app.search.filters.matches`` for a shape (values bound later)."""
-    (
-        category,
-        stakes,
-        status,
-        min_confidence,
-        max_confidence,
-        date_after,
-        date_before,
-        agent,
-        tags,
-        project,
-        feature,
-        pr,
-        has_outcome,
-    ) = shape
-    d = Decision
-    out: list[ColumnElement[bool]] = []
-    if category:
-        out.append(d.category == bindparam("f_category"))
-    if stakes:
-        out.append(d.stakes.in_(bindparam("f_stakes", expanding=True)))
-    if status:
-        out.append(d.status.in_(bindparam("f_status", expanding=True)))
-    if min_confidence:
-        out.append(d.confidence >= bindparam("f_min_confidence", type_=Float()))
-    if max_confidence:
-        out.append(d.confidence <= bindparam("f_max_confidence", type_=Float()))
-    if date_after:
-        out.append(d.created_at >= bindparam("f_date_after", type_=d.created_at.type))
-    if date_before:
-        out.append(d.created_at < bindparam("f_date_before", type_=d.created_at.type))
-    if agent:
-        out.append(d.recorded_by == bindparam("f_agent"))
-    for n in range(tags):
-        out.append(
-            exists().where(
-                DecisionTag.decision_id == d.id, DecisionTag.tag == bindparam(f"f_tag{n}")
-            )
-        )
-    if project:
-        out.append(d.project == bindparam("f_project"))
-    if feature:
-        out.append(d.feature == bindparam("f_feature"))
-    if pr:
-        out.append(d.pr == bindparam("f_pr"))
-    if has_outcome is not None:
-        out.append(d.outcome.is_not(None) if has_outcome else d.outcome.is_(None))
-    return out
 
 
 # ---------------------------------------------------------------- the statements
@@ -306,12 +213,32 @@ def _statement(dialect: str, shape: tuple[Any, ...]) -> Select[Any] | TextClause
     return _pg_statement(shape)
 
 
-def _sqlite_statement(shape: tuple[Any, ...]) -> Select[Any]:
+def _sqlite_statement(shape: filter_sql.Shape) -> Select[Any]:
+    """Ranked by BM25 (ties in index order). Unfiltered, the best ``limit`` are taken from
+    the index before their rows are read; filtered, every match's row is checked first."""
     fts = table(fulltext.TABLE, column("rowid"))
     keys = table(fulltext.KEYS, column("id"), column("decision_id"))
     index: ColumnElement[Any] = literal_column(fulltext.TABLE)
     weights: list[ColumnElement[Any]] = [literal_column(repr(float(w))) for w in BM25_WEIGHTS]
     bm25 = func.bm25(index, *weights, type_=Float())
+    match = index.op("MATCH")(bindparam("match"))
+    if filter_sql.is_empty(shape):
+        ranked = (
+            select(fts.c.rowid, bm25.label("rank"))
+            .where(match)
+            .order_by(bm25, fts.c.rowid)
+            .limit(bindparam("limit"))
+            .subquery("ranked")
+        )
+        return (
+            select(*SEARCH_COLUMNS, (-ranked.c.rank).label("score"))
+            .select_from(
+                ranked.join(keys, keys.c.id == ranked.c.rowid).join(
+                    Decision, Decision.id == keys.c.decision_id
+                )
+            )
+            .order_by(ranked.c.rank, ranked.c.rowid)
+        )
     return (
         select(*SEARCH_COLUMNS, (-bm25).label("score"))
         .select_from(
@@ -319,8 +246,8 @@ def _sqlite_statement(shape: tuple[Any, ...]) -> Select[Any]:
                 Decision, Decision.id == keys.c.decision_id
             )
         )
-        .where(index.op("MATCH")(bindparam("match")), *_conditions(shape))
-        .order_by(bm25, Decision.id)
+        .where(match, *filter_sql.conditions(shape))
+        .order_by(bm25, fts.c.rowid)
         .limit(bindparam("limit"))
     )
 
@@ -330,7 +257,7 @@ def _pg_statement(shape: tuple[Any, ...]) -> Select[Any]:
     return (
         select(*SEARCH_COLUMNS, scored.c.score)
         .select_from(scored.join(Decision, Decision.id == scored.c.decision_id))
-        .where(*_conditions(shape))
+        .where(*filter_sql.conditions(shape))
         .order_by(scored.c.score.desc(), Decision.id)
         .limit(bindparam("limit"))
     )

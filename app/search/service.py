@@ -26,7 +26,7 @@ from app.errors import query_failed
 from app.operations.context import CallContext
 from app.operations.params import parse_timestamp
 
-from . import fusion, keyword
+from . import filter_sql, fusion, keyword
 from .filters import SearchFilters, matches, to_where
 from .schemas import QueryDecisionsParams, QueryFiltersIn
 from .types import Hit, IndexUnavailable
@@ -296,15 +296,21 @@ async def _hybrid(
     distances: bool,
 ) -> list[Match]:
     """Each side's best ``depth`` candidates (satisfying the filters), merged. The index's
-    probe (the embedding, then Chroma, in a worker thread) is started first; the keyword
+    probe (the embedding, then Chroma, in a worker thread) is started first and the keyword
     statement runs while it works (on SQLite on this thread, which the probe's thread does
-    not need; on Postgres in the call's transaction), then the probe's hits are verified
-    like a semantic search's. Raises IndexUnavailable."""
+    not need; on Postgres in the call's transaction). Then one read checks the probe's hits
+    against the filters in SQL, merges and reads the results' tags. A filtered probe is as
+    wide as a semantic search's (PROBE times its limit and overfetch); when it held fewer
+    than ``limit`` matches, the index is asked with the filters, as a semantic search does.
+    Raises IndexUnavailable."""
     depth = max(fusion.DEPTH, limit + OVERFETCH)
-    probe = asyncio.ensure_future(_probe(ctx, text, filters, depth))
+    filtered = not filters.is_empty()
+    first = (limit + OVERFETCH) * PROBE if filtered else depth
+    index, db = ctx.services.index, ctx.services.db
+    probe = asyncio.ensure_future(index.query_text(text, limit=first, metadata=False))
     await asyncio.sleep(0)  # the probe reaches its worker thread before the read below
     try:
-        by_words = await ctx.services.db.read(
+        by_words = await db.read(
             functools.partial(keyword.search, query=text, filters=filters, limit=depth),
             session=ctx.session,
         )
@@ -312,36 +318,61 @@ async def _hybrid(
         await asyncio.gather(probe, return_exceptions=True)  # never left running unobserved
         raise
     vector, hits = await probe
-    by_meaning = await _semantic(ctx, vector, hits, filters, depth, False, False)
-    merged = fusion.fuse(
-        [(m.decision.id, m.distance or 0.0) for m in by_meaning],
-        [(h.decision.id, h.score) for h in by_words],
-        len(keyword.terms(text)),
+    merge = functools.partial(
+        _read_hybrid,
+        by_words=by_words,
+        filters=filters,
+        limit=limit,
+        depth=depth,
+        words=len(keyword.terms(text)),
+        tags=tags,
+        reasons=reasons,
     )
+    found = await db.read(
+        functools.partial(merge, hits=hits, enough=not filtered or len(hits) < first),
+        session=ctx.session,
+    )
+    if found is None:
+        hits = await index.query_vector(
+            vector, where=to_where(filters), limit=depth + OVERFETCH, metadata=False
+        )
+        found = await db.read(functools.partial(merge, hits=hits, enough=True), session=ctx.session)
+    assert found is not None  # enough=True always merges
+    if distances:
+        found = await _with_distances(ctx, vector, found)
+    return found
+
+
+def _read_hybrid(
+    conn: Connection,
+    *,
+    hits: list[Hit],
+    by_words: list[keyword.KeywordHit],
+    filters: SearchFilters,
+    limit: int,
+    depth: int,
+    words: int,
+    tags: bool,
+    reasons: bool,
+    enough: bool,
+) -> list[Match] | None:
+    """The vector side's hits whose rows satisfy the filters (in SQL), nearest first, merged
+    with the keyword side's; None when they are fewer than ``limit`` and not ``enough``
+    (the probe may have missed matches). The results get fresh briefs with their tags and
+    reasons as asked."""
+    rows = filter_sql.matching_briefs(conn, [h.id for h in hits], filters)
+    by_meaning = [(h.id, max(0.0, h.distance)) for h in hits if h.id in rows][:depth]
+    if len(by_meaning) < limit and not enough:
+        return None
+    merged = fusion.fuse(by_meaning, [(h.decision.id, h.score) for h in by_words], words)
     briefs = {h.decision.id: h.decision for h in by_words}
-    briefs.update((m.decision.id, m.decision) for m in by_meaning)
-    # The vector side's rows hold their tags when a filter needed them: every result's are
-    # read again below, into a fresh list.
+    briefs.update(rows)
     found = [
         Match(replace(briefs[m.id], tag_names=[], reasons=[]), m.distance, m.score)
         for m in merged[:limit]
     ]
-    if distances:
-        found = await _with_distances(ctx, vector, found)
-    if found and (tags or reasons):
-        await ctx.services.db.read(
-            functools.partial(
-                _complete_all, briefs=[m.decision for m in found], tags=tags, reasons=reasons
-            ),
-            session=ctx.session,
-        )
+    _complete(conn, [m.decision for m in found], tags, reasons)
     return found
-
-
-def _complete_all(
-    conn: Connection, *, briefs: list[repository.Brief], tags: bool, reasons: bool
-) -> None:
-    _complete(conn, briefs, tags, reasons)
 
 
 # ---------------------------------------------------------------- queryDecisions

@@ -1,0 +1,135 @@
+"""The search filters in SQL: ``app.search.filters.matches`` as WHERE conditions on
+``decisions``, for the keyword side's ranked statement and the check of the vector side's
+hits. A statement depends only on a filter set's shape (which filters are set, how many
+tags, which outcome state); the values are bound when it runs, so the statements of each
+shape are built once."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import ColumnElement, Connection, Float, Select, bindparam, exists, select
+
+from app.db.decisions import Decision, DecisionTag
+from app.decisions.repository import SEARCH_COLUMNS, Brief
+
+from .filters import SearchFilters
+
+Shape = tuple[Any, ...]
+
+
+def _unique(items: Sequence[str] | None) -> list[str]:
+    return list(dict.fromkeys(items or ()))
+
+
+def shape(f: SearchFilters) -> Shape:
+    """What the statement depends on: which filters are set (and how many tags, and whether
+    an outcome is wanted: "with", "without" or None); the values are bound at execution."""
+    return (
+        f.category is not None,
+        bool(f.stakes),
+        bool(f.status),
+        f.min_confidence is not None,
+        f.max_confidence is not None,
+        f.date_after is not None,
+        f.date_before is not None,
+        f.agent is not None,
+        len(_unique(f.tags)),
+        f.project is not None,
+        f.feature is not None,
+        f.pr is not None,
+        None if f.has_outcome is None else ("with" if f.has_outcome else "without"),
+    )
+
+
+def is_empty(s: Shape) -> bool:
+    """Whether a shape filters nothing."""
+    return all(part in (False, 0, None) for part in s)
+
+
+def values(f: SearchFilters) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "f_category": f.category,
+        "f_stakes": _unique(f.stakes),
+        "f_status": _unique(f.status),
+        "f_min_confidence": None if f.min_confidence is None else float(f.min_confidence),
+        "f_max_confidence": None if f.max_confidence is None else float(f.max_confidence),
+        "f_date_after": f.date_after,
+        "f_date_before": f.date_before,
+        "f_agent": f.agent,
+        "f_project": f.project,
+        "f_feature": f.feature,
+        "f_pr": None if f.pr is None else int(f.pr),
+    }
+    for n, tag in enumerate(_unique(f.tags)):
+        values[f"f_tag{n}"] = tag
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def conditions(shape: Shape) -> list[ColumnElement[bool]]:
+    """The SQL form of ``app.search.filters.matches`` for a shape (values bound later)."""
+    (
+        category,
+        stakes,
+        status,
+        min_confidence,
+        max_confidence,
+        date_after,
+        date_before,
+        agent,
+        tags,
+        project,
+        feature,
+        pr,
+        has_outcome,
+    ) = shape
+    d = Decision
+    out: list[ColumnElement[bool]] = []
+    if category:
+        out.append(d.category == bindparam("f_category"))
+    if stakes:
+        out.append(d.stakes.in_(bindparam("f_stakes", expanding=True)))
+    if status:
+        out.append(d.status.in_(bindparam("f_status", expanding=True)))
+    if min_confidence:
+        out.append(d.confidence >= bindparam("f_min_confidence", type_=Float()))
+    if max_confidence:
+        out.append(d.confidence <= bindparam("f_max_confidence", type_=Float()))
+    if date_after:
+        out.append(d.created_at >= bindparam("f_date_after", type_=d.created_at.type))
+    if date_before:
+        out.append(d.created_at < bindparam("f_date_before", type_=d.created_at.type))
+    if agent:
+        out.append(d.recorded_by == bindparam("f_agent"))
+    for n in range(tags):
+        out.append(
+            exists().where(
+                DecisionTag.decision_id == d.id, DecisionTag.tag == bindparam(f"f_tag{n}")
+            )
+        )
+    if project:
+        out.append(d.project == bindparam("f_project"))
+    if feature:
+        out.append(d.feature == bindparam("f_feature"))
+    if pr:
+        out.append(d.pr == bindparam("f_pr"))
+    if has_outcome is not None:
+        out.append(d.outcome.is_not(None) if has_outcome == "with" else d.outcome.is_(None))
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _briefs(shape: Shape) -> Select[Any]:
+    return select(*SEARCH_COLUMNS).where(
+        Decision.id.in_(bindparam("ids", expanding=True)), *conditions(shape)
+    )
+
+
+def matching_briefs(conn: Connection, ids: Sequence[str], f: SearchFilters) -> dict[str, Brief]:
+    """The rows with these ids that satisfy ``f``, by id (no tags yet)."""
+    if not ids:
+        return {}
+    rows = conn.execute(_briefs(shape(f)), {"ids": list(ids), **values(f)})
+    return {row[0]: Brief(*row) for row in rows}
