@@ -10,11 +10,14 @@ natural-language query finds decisions that share only some of its words, the on
 share its rarest words first. The index stems English words on both databases
 (``app/db/fulltext.py``), and so does the query: ``caching`` finds ``cache``.
 
-Cost: ranking reads every decision that matches any phrase, so the phrases are taken rarest
-first while the decisions they match add up to at most ``POSTINGS_BUDGET`` (each counted by
-an index read that stops there). A word found in that many decisions (``the``, ``service``
-in a large journal) says little about which decision is meant, and BM25 gives it almost no
-weight anyway; dropping it bounds the work of every query, whatever its length.
+Cost: ranking reads every decision that matches any phrase, so a first statement counts
+each phrase's matches (by an index read that stops after ``WORD_CAP``), and the phrases
+are taken rarest first, none found in more than ``WORD_CAP`` decisions and at most
+``POSTINGS_BUDGET`` matches in all. A word found in that many decisions (``the``,
+``service`` in a large journal) says little about which decision is meant, and BM25 gives
+it little weight anyway; leaving it out bounds the work of every query, whatever its
+length (on the benchmark, recall did not change between a cap of 250 and none). A score is
+divided by the weight of every phrase found, the left-out ones included.
 
 Every filter is applied in the same SQL statement, with the semantics of
 ``app.search.filters`` (``matches``), so the ranking is of matching decisions only.
@@ -42,8 +45,6 @@ from sqlalchemy import (
     table,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.types import Text
 
 from app.db import fulltext
 from app.db.decisions import Decision
@@ -96,24 +97,42 @@ def fts5_phrase(word: str) -> str:
 
 def search(conn: Connection, query: str, filters: SearchFilters, limit: int) -> list[KeywordHit]:
     """The ``limit`` decisions satisfying ``filters`` that best match ``query``'s words,
-    best first (ties: SQLite in index order, Postgres by id)."""
+    best first (ties: SQLite in index order, Postgres by id). Two statements: the words'
+    counts, then the ranking."""
     words = terms(query)
     if not words or limit < 1:
         return []
-    values = filter_sql.values(filters)
-    statement = _statement(conn.dialect.name, filter_sql.shape(filters))
-    if conn.dialect.name == "sqlite":
-        kept, weight = _sqlite_kept(conn, words)
-        if not kept:
-            return []
-        params: dict[str, Any] = {"match": " OR ".join(fts5_phrase(w) for w in kept)}
+    sqlite = conn.dialect.name == "sqlite"
+    counts, decisions = _counts(conn, words, sqlite)
+    found = [(n, word) for n, word in zip(counts, words, strict=True) if n]
+    if not found:
+        return []
+    decisions = max(decisions, max(n for n, _ in found))
+    kept: list[tuple[int, str]] = []
+    total = 0
+    for n, word in sorted(found):
+        total += n
+        if n > WORD_CAP or total > POSTINGS_BUDGET:
+            break
+        kept.append((n, word))
+    if not kept:
+        return []
+    shape = filter_sql.shape(filters)
+    params: dict[str, Any] = {**filter_sql.values(filters), "limit": limit}
+    if sqlite:
+        # BM25 over the kept phrases, divided by the weight of every phrase found
+        weight = sum(fts5_idf(decisions, n) for n, _ in found)
+        params["match"] = " OR ".join(fts5_phrase(word) for _, word in kept)
     else:
-        params, weight = (
-            {"words": words, "cap": WORD_CAP + 1, "budget": POSTINGS_BUDGET},
-            1.0,
-        )
-    rows = conn.execute(statement, {**params, **values, "limit": limit})
-    return [KeywordHit(Brief(*row[:-1]), float(row[-1]) / weight) for row in rows]
+        # the kept phrases' weights, summed per decision, over the weight of all found
+        weight = sum(bm25_idf(decisions, n) for n, _ in found)
+        params["words"] = [word for _, word in kept]
+        params["weights"] = [bm25_idf(decisions, n) for n, _ in kept]
+    statement = _statement(conn.dialect.name, shape)
+    return [
+        KeywordHit(Brief(*row[:-1]), float(row[-1]) / weight)
+        for row in conn.execute(statement, params)
+    ]
 
 
 # ---------------------------------------------------------------- which words count
@@ -121,17 +140,45 @@ def search(conn: Connection, query: str, filters: SearchFilters, limit: int) -> 
 
 @functools.lru_cache(maxsize=MAX_TERMS)
 def _sqlite_counts(words: int) -> TextClause:
-    """One statement counting the matches of ``words`` phrases (``:w0``...), each only up
-    to ``:cap`` (one statement: each costs more to send than to run)."""
-    counts = ", ".join(
+    """One statement: the matches of each of ``words`` phrases (``:w0``...), each counted
+    only up to ``:cap`` by an index read that stops there, and the table's row count (its
+    largest key: rows are deleted only with their decision)."""
+    each = ", ".join(
         f"(SELECT count(*) FROM (SELECT 1 FROM {fulltext.TABLE} "
         f"WHERE {fulltext.TABLE} MATCH :w{n} LIMIT :cap))"
         for n in range(words)
     )
-    return text(f"SELECT {counts}")
+    return text(f"SELECT {each}, (SELECT coalesce(max(id), 0) FROM {fulltext.KEYS})")
 
 
-_SQLITE_ROWS = text(f"SELECT coalesce(max(id), 0) FROM {fulltext.KEYS}")
+@functools.cache
+def _pg_counts() -> TextClause:
+    """The same on Postgres, in one statement whatever the number of words: each word's
+    phrase query (``phraseto_tsquery``: Postgres parses the word, never as query syntax)
+    looked up in the GIN index with the phrase as a run-time key, and the planner's row
+    estimate of the table. A phrase of stop words only (numnode 0) is not looked up."""
+    return text(
+        f"SELECT w.n, (SELECT count(*) FROM (SELECT 1 FROM {fulltext.TABLE} s "
+        f"WHERE s.document @@ w.q LIMIT :cap) AS capped) "
+        f"FROM (SELECT n, phraseto_tsquery('{PG_CONFIG}', word) AS q "
+        f"FROM unnest(CAST(:words AS text[])) WITH ORDINALITY AS u(word, n)) AS w "
+        f"WHERE numnode(w.q) > 0 "
+        f"UNION ALL SELECT 0, greatest(reltuples, 0)::bigint FROM pg_class "
+        f"WHERE oid = '{fulltext.TABLE}'::regclass"
+    )
+
+
+def _counts(conn: Connection, words: Sequence[str], sqlite: bool) -> tuple[list[int], int]:
+    """How many decisions each word's phrase matches (up to WORD_CAP + 1), and how many
+    decisions there are."""
+    cap = WORD_CAP + 1
+    if sqlite:
+        params: dict[str, Any] = {f"w{n}": fts5_phrase(word) for n, word in enumerate(words)}
+        *counts, rows = conn.execute(_sqlite_counts(len(words)), {**params, "cap": cap}).one()
+        return [int(n) for n in counts], int(rows)
+    rows = conn.execute(_pg_counts(), {"words": list(words), "cap": cap}).all()
+    found: dict[int, int] = {int(n): int(count) for n, count in rows}
+    return [found.get(n, 0) for n in range(1, len(words) + 1)], found.get(0, 0)
 
 
 def fts5_idf(rows: int, found: int) -> float:
@@ -139,75 +186,20 @@ def fts5_idf(rows: int, found: int) -> float:
     return max(1e-6, math.log((rows - found + 0.5) / (found + 0.5)))
 
 
-def _sqlite_kept(conn: Connection, words: Sequence[str]) -> tuple[list[str], float]:
-    """The words to search by, rarest first, within the budget (see the module docstring),
-    and the BM25 weight of every word found (the score's divisor). Each count reads the
-    index only up to the budget; the row count is the largest key (rows are never deleted
-    but with their decision)."""
-    params: dict[str, Any] = {f"w{n}": fts5_phrase(word) for n, word in enumerate(words)}
-    counts = conn.execute(_sqlite_counts(len(words)), {**params, "cap": WORD_CAP + 1}).one()
-    counted = [(int(found), word) for found, word in zip(counts, words, strict=True) if found]
-    if not counted:
-        return [], 1.0
-    rows = max(int(conn.execute(_SQLITE_ROWS).scalar_one()), max(n for n, _ in counted))
-    kept: list[str] = []
-    total = 0
-    for found, word in sorted(counted):
-        total += found
-        if found > WORD_CAP or total > POSTINGS_BUDGET:
-            break
-        kept.append(word)
-    return kept, sum(fts5_idf(rows, found) for found, _ in counted)
-
-
-def _pg_scored() -> TextClause:
-    """Postgres does what ``_sqlite_kept`` does in the statement itself (one round trip):
-    each word's phrase query (from ``phraseto_tsquery``, never parsed from the user's text),
-    its capped count and BM25 weight (inverse document frequency, from the count and the
-    table's row estimate), a running total of counts rarest first; then, for each decision
-    that the kept phrases match (found by the GIN index phrase by phrase, so the work is
-    their matches and no more), the sum of their weights, divided by the weight of all the
-    phrases found. (``ts_rank`` has no document frequency: a common word counts as much
-    as a ticket id there, and the benchmark's exact-token queries lost a tenth of their
-    recall with it.)"""
-    return text(
-        f"""
-        WITH counted AS (
-            SELECT words.q, (
-                SELECT count(*) FROM (
-                    SELECT 1 FROM {fulltext.TABLE} s WHERE s.document @@ words.q LIMIT :cap
-                ) AS capped
-            ) AS n
-            FROM (
-                SELECT DISTINCT phraseto_tsquery('{PG_CONFIG}', w) AS q
-                FROM unnest(:words) AS w
-            ) AS words
-            WHERE numnode(words.q) > 0
-        ), weighed AS (
-            SELECT c.q, c.n,
-                ln(1 + (greatest(t.total, c.n) - c.n + 0.5) / (c.n + 0.5)) AS idf,
-                sum(c.n) OVER (ORDER BY c.n, c.q::text ROWS UNBOUNDED PRECEDING) AS running
-            FROM counted c, (
-                SELECT greatest(reltuples, 0) AS total FROM pg_class
-                WHERE oid = '{fulltext.TABLE}'::regclass
-            ) AS t
-            WHERE c.n > 0
-        )
-        SELECT s.decision_id, sum(k.idf) / (SELECT sum(idf) FROM weighed) AS score
-        FROM weighed k JOIN {fulltext.TABLE} s ON s.document @@ k.q
-        WHERE k.running <= :budget AND k.n <= :cap - 1
-        GROUP BY s.decision_id
-        """
-    ).bindparams(bindparam("words", type_=ARRAY(Text())))
+def bm25_idf(rows: int, found: int) -> float:
+    """BM25's weight of a phrase found in ``found`` of ``rows`` decisions, in the form that
+    is never negative (Lucene's): Postgres has no BM25, so its ranking is the sum of these
+    over the phrases a decision holds."""
+    return math.log(1.0 + (rows - found + 0.5) / (found + 0.5))
 
 
 # ---------------------------------------------------------------- the statements
 
 
 @functools.lru_cache(maxsize=256)
-def _statement(dialect: str, shape: tuple[Any, ...]) -> Select[Any] | TextClause:
-    """The ranked, filtered statement for a dialect and filter shape (built once: building a
-    statement costs more than running it)."""
+def _statement(dialect: str, shape: filter_sql.Shape) -> Select[Any]:
+    """The ranked, filtered statement for a dialect and filter shape, built once: building
+    a statement costs more than running it."""
     if dialect == "sqlite":
         return _sqlite_statement(shape)
     return _pg_statement(shape)
@@ -252,8 +244,23 @@ def _sqlite_statement(shape: filter_sql.Shape) -> Select[Any]:
     )
 
 
-def _pg_statement(shape: tuple[Any, ...]) -> Select[Any]:
-    scored = _pg_scored().columns(column("decision_id"), column("score")).subquery("scored")
+def _pg_statement(shape: filter_sql.Shape) -> Select[Any]:
+    """Each kept phrase's matches, found in the GIN index with the phrase as a run-time
+    key, weighted by ``:weights``; summed per decision, filtered, best first (ties by id)."""
+    matched = (
+        text(
+            f"SELECT s.decision_id, k.weight FROM unnest(CAST(:words AS text[]), "
+            f"CAST(:weights AS float8[])) AS k(word, weight) "
+            f"JOIN {fulltext.TABLE} s ON s.document @@ phraseto_tsquery('{PG_CONFIG}', k.word)"
+        )
+        .columns(column("decision_id"), column("weight"))
+        .subquery("matched")
+    )
+    scored = (
+        select(matched.c.decision_id, func.sum(matched.c.weight).label("score"))
+        .group_by(matched.c.decision_id)
+        .subquery("scored")
+    )
     return (
         select(*SEARCH_COLUMNS, scored.c.score)
         .select_from(scored.join(Decision, Decision.id == scored.c.decision_id))

@@ -22,7 +22,8 @@ from app.db import migrate
 from app.outbox import admin
 from app.search.reindex import reindex
 from app.services import build_services
-from conftest import run_sql, serve_app
+from support.app import serve_app
+from support.databases import run_sql
 
 ROOT = Path(__file__).resolve().parents[2]
 WHEN = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
@@ -490,12 +491,13 @@ async def test_reindex_rebuilds_and_the_live_index_keeps_answering(
             (await rpc.ok("cstp.recordDecision", dict(seed_decision, decision=sentence)))["id"]
         )
     await services.index.delete([ids[0]])  # the index lost an entry: derived data drifted
-    before = await rpc.ok("cstp.queryDecisions", {"query": "roll out the login service"})
+    by_meaning = {"query": "roll out the login service", "retrievalMode": "semantic"}
+    before = await rpc.ok("cstp.queryDecisions", by_meaning)
     assert ids[0] not in [d["id"] for d in before["decisions"]]
     seen: list[tuple[int, int]] = []
     assert await reindex(services, progress=lambda d, t: seen.append((d, t))) == 2
     assert seen[-1] == (2, 2)
-    after = await rpc.ok("cstp.queryDecisions", {"query": "roll out the login service"})
+    after = await rpc.ok("cstp.queryDecisions", by_meaning)
     assert after["decisions"][0]["id"] == ids[0]
 
 
