@@ -17,6 +17,7 @@ DEFAULT_CATEGORIES = ("architecture", "process", "integration", "tooling", "secu
 DEFAULT_RATE_LIMITS = "default=600/60,cstp.announceIntent=120/60"
 DEFAULT_AGENT_NAME = "cognition-engines"
 DEFAULT_PORT = 9991
+RETRIEVAL_MODES = ("hybrid", "semantic", "keyword")
 
 
 class ConfigError(Exception):
@@ -52,6 +53,9 @@ class Settings:
     outbox_poll_seconds: float = 2.0
     relay_enabled: bool = True
     log_level: str = "INFO"
+    # How queryDecisions searches when a call does not say, and how announceIntent does
+    # (app.search.service): one of RETRIEVAL_MODES.
+    retrieval_mode: str = "hybrid"
     # Host header values /mcp accepts (DNS-rebinding protection of the MCP SDK); empty: this
     # machine's loopback names and CSTP_HOST, with any port. ("*",): any host.
     mcp_allowed_hosts: tuple[str, ...] = ()
@@ -99,6 +103,7 @@ class Settings:
             max_batch=_int(env, "CSTP_MAX_BATCH", 50, 1, 10_000),
             outbox_max_attempts=_int(env, "CSTP_OUTBOX_MAX_ATTEMPTS", 8, 1, 1000),
             log_level=(env.get("CSTP_LOG_LEVEL") or "INFO").upper(),
+            retrieval_mode=_retrieval_mode(env.get("CSTP_RETRIEVAL_MODE")),
             mcp_allowed_hosts=_hosts(env.get("CSTP_MCP_ALLOWED_HOSTS")),
             audit_key=audit_key_from_env(env),
         )
@@ -133,6 +138,13 @@ def audit_key_from_env(env: Mapping[str, str] | None = None) -> bytes | None:
             "(e.g. `openssl rand -hex 32`)"
         )
     return key
+
+
+def _retrieval_mode(value: str | None) -> str:
+    mode = (value or "hybrid").strip().lower()
+    if mode not in RETRIEVAL_MODES:
+        raise ConfigError(f"CSTP_RETRIEVAL_MODE must be one of {', '.join(RETRIEVAL_MODES)}")
+    return mode
 
 
 def _opt_path(value: str | None) -> Path | None:

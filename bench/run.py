@@ -129,6 +129,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--seed", type=int, default=42, help="RNG seed of the generated texts")
     p.add_argument(
+        "--retrieval-mode",
+        choices=("hybrid", "semantic", "keyword"),
+        default=None,
+        help="the server's CSTP_RETRIEVAL_MODE: how announceIntent and queryDecisions search "
+        "(default: the server's own default, hybrid)",
+    )
+    p.add_argument(
         "--keep-data",
         action="store_true",
         help="keep the temporary data directory (its path is printed)",
@@ -795,6 +802,9 @@ def main(argv: list[str] | None = None) -> int:
             port=port,
             database_url=database_url,
             max_batch=args.seed_batch,
+            settings=(
+                {"CSTP_RETRIEVAL_MODE": args.retrieval_mode} if args.retrieval_mode else None
+            ),
         ),
         port,
         tmp / "server.log",

@@ -47,9 +47,11 @@ def server_env(
     port: int,
     database_url: str | None,
     max_batch: int,
+    settings: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The environment of the server: the caller's CSTP_* settings are dropped on purpose, so a
-    developer's own CSTP_CHROMA_URL or rate limits never leak into the measurement."""
+    developer's own CSTP_CHROMA_URL or rate limits never leak into the measurement; the
+    harness's own ``settings`` (CSTP_* variables) are set last."""
     env = {k: v for k, v in base.items() if not k.startswith("CSTP_")}
     env.update(
         {
@@ -66,6 +68,7 @@ def server_env(
     )
     if database_url:
         env["CSTP_DATABASE_URL"] = database_url
+    env.update(settings or {})
     return env
 
 

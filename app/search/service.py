@@ -32,8 +32,16 @@ from .schemas import QueryDecisionsParams, QueryFiltersIn
 from .types import Hit, IndexUnavailable
 
 Mode = Literal["semantic", "keyword", "hybrid"]
-#: What queryDecisions and announceIntent search with when not told (docs/QUALITY.md).
+MODES: dict[str, Mode] = {"semantic": "semantic", "keyword": "keyword", "hybrid": "hybrid"}
+#: What queryDecisions and announceIntent search with when not told: the setting
+#: CSTP_RETRIEVAL_MODE, hybrid unless set (chosen by the benchmark, docs/QUALITY.md).
 DEFAULT_MODE: Mode = "hybrid"
+
+
+def default_mode(ctx: CallContext) -> Mode:
+    return MODES.get(ctx.services.settings.retrieval_mode, DEFAULT_MODE)
+
+
 OVERFETCH = 10  # extra hits asked of the index, in case some are stale and dropped
 PROBE = 4  # a filtered search first looks this many times further, unfiltered
 
@@ -94,7 +102,7 @@ async def search(
     *,
     tags: bool = True,
     reasons: bool = False,
-    mode: Mode = DEFAULT_MODE,
+    mode: Mode | None = None,
 ) -> list[Found]:
     """The best ``limit`` decisions satisfying every filter, best first, each with its
     cosine distance: one the keyword side alone found gets it from its stored vector (a
@@ -114,13 +122,15 @@ async def find(
     *,
     tags: bool = True,
     reasons: bool = False,
-    mode: Mode = DEFAULT_MODE,
+    mode: Mode | None = None,
     distances: bool = False,
 ) -> list[Match]:
-    """The best ``limit`` decisions satisfying every filter, best first, by ``mode``.
+    """The best ``limit`` decisions satisfying every filter, best first, by ``mode`` (the
+    server's default mode when None).
     ``tags`` and ``reasons`` say whether the results need each decision's tags and reasons;
     ``distances`` whether every result needs its cosine distance. -32003 if the index fails
     (semantic and hybrid; keyword only when asked for distances)."""
+    mode = mode or default_mode(ctx)
     try:
         if mode == "keyword":
             found = await ctx.services.db.read(
@@ -391,7 +401,7 @@ def summary(found: Match, *, include_reasons: bool) -> dict[str, Any]:
 async def query_decisions(ctx: CallContext, p: QueryDecisionsParams) -> dict[str, Any]:
     started = time.perf_counter()
     filters = to_filters(p.filters)
-    mode: Mode = p.retrieval_mode or DEFAULT_MODE
+    mode: Mode = p.retrieval_mode or default_mode(ctx)
     found = await find(ctx, p.query, filters, p.limit, reasons=p.include_reasons, mode=mode)
     return {
         "decisions": [summary(f, include_reasons=p.include_reasons) for f in found],
