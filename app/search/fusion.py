@@ -21,7 +21,7 @@ Each side contributes its best ``DEPTH`` decisions (more when the limit asks for
 Chosen by the retrieval-quality benchmark (``python -m bench.quality_tune``,
 docs/QUALITY.md) on its tuning half: it beat reciprocal rank fusion (k 5-60, keyword weight
 0.5-2) and a fixed blend of the two scores, and it was at least as good as the better side
-on every query kind, on both databases.
+on every query kind, and as semantic search for announceIntent, on both databases.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 #: The keyword bonus of a one-word query (see the module docstring).
-KEYWORD_WEIGHT = 1.5
+KEYWORD_WEIGHT = 2.0
 #: Candidates taken from each side when the limit is at most DEPTH - 10.
 DEPTH = 30
 
