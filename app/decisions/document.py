@@ -15,13 +15,7 @@ from app.runtime import iso
 from app.search.filters import tag_metadata
 from app.search.types import IndexEntry
 
-from .repository import Brief as Brief  # app.search reads it as document.Brief too
-
-# used by app.search until it imports the repository (load_decisions: by app.outbox too)
-from .repository import add_reasons as add_reasons
-from .repository import add_tags as add_tags
-from .repository import load_briefs as load_briefs
-from .repository import load_decisions as load_decisions
+from .repository import Brief
 
 SUMMARY_LENGTH = 120
 

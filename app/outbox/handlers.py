@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 
 from app.db.decisions import Decision
 from app.db.outbox import EventKind
-from app.decisions.document import index_entry, load_decisions
+from app.decisions.document import index_entry
 from app.decisions.export import render, target_path, write_atomic
+from app.decisions.repository import load_decisions
 from app.search.types import IndexEntry
 
 from .events import Event, Results
