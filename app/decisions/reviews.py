@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.outbox import EventKind
 from app.operations.context import CallContext
 from app.runtime import iso
 
@@ -42,7 +43,7 @@ async def review(ctx: CallContext, p: ReviewDecisionParams) -> dict[str, Any]:
         "reviewedAt": iso(now),
         "reindexed": False,
     }
-    index_event = next(e.id for e in events if e.kind == "index")
+    index_event = next(e.id for e in events if e.kind == EventKind.INDEX)
 
     async def deliver() -> None:
         stats = await relay.process(events, [decision])

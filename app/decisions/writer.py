@@ -35,7 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.decisions import Decision
 from app.db.engine import Database
-from app.db.outbox import OutboxEvent
+from app.db.outbox import EventKind, OutboxEvent
 from app.errors import STORAGE_ERROR, CstpError
 from app.guardrails.service import Staged, store
 from app.outbox.relay import Relay
@@ -210,7 +210,7 @@ class RecordWriter:
             log.exception("outbox pass after recordDecision failed")
             done = set()
         for unit, decision, unit_events in committed:
-            index_event = next(e.id for e in unit_events if e.kind == "index")
+            index_event = next(e.id for e in unit_events if e.kind == EventKind.INDEX)
             if not unit.future.done():
                 unit.future.set_result((decision, index_event in done))
 
