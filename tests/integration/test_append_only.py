@@ -10,7 +10,8 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from conftest import Rpc, run_sql
+from support.app import Rpc
+from support.databases import run_sql
 
 # Each audit table and one column an attacker would like to change, with a value to set.
 FORGED = {

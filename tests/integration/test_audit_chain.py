@@ -38,15 +38,9 @@ from app.cli import main
 from app.config import Settings, parse_rate_limits
 from app.db import migrate
 from app.search.embedder import Embedder
-from conftest import (
-    TOKENS,
-    USE_PG,
-    Rpc,
-    copy_database,
-    run_sql,
-    serve_app,
-    wait_until_up,
-)
+from support.app import TOKENS, Rpc, serve_app
+from support.databases import USE_PG, copy_database, run_sql
+from support.processes import wait_until_up
 
 ROOT = Path(__file__).resolve().parents[2]
 CSTP = Path(sys.executable).with_name("cstp")
@@ -649,6 +643,7 @@ def servers(database_url: str, tmp_path: Path) -> Iterator[list[str]]:
                 proc.wait(timeout=10)
 
 
+@pytest.mark.slow
 async def test_two_server_processes_keep_one_valid_chain(
     servers: list[str], database_url: str
 ) -> None:

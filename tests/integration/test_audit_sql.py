@@ -24,7 +24,7 @@ from app.config import Settings, parse_rate_limits
 from app.db.base import UtcDateTime
 from app.runtime import Runtime
 from app.search.embedder import Embedder
-from conftest import Rpc, serve_app
+from support.app import Rpc, serve_app
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "AUDIT.md"
 NOW = datetime(2026, 3, 20, 12, 0, tzinfo=UTC)

@@ -30,7 +30,11 @@ from click.testing import CliRunner, Result
 
 from app.cli import main
 from app.db import migrate
-from conftest import PG_URL, USE_PG, _pg_admin_dsn, _with_db, run_sql
+from support.databases import PG_URL, USE_PG, pg_admin_dsn, run_sql, with_db
+
+# Slow: every database command in four states, many as real `cstp` processes:
+# the fast loop (-m "not slow") leaves it out.
+pytestmark = pytest.mark.slow
 
 CSTP = Path(sys.executable).with_name("cstp")
 T = TypeVar("T")
@@ -55,7 +59,7 @@ def _sync(coro: Awaitable[T]) -> T:
 async def _pg_admin(sql: str) -> None:
     import asyncpg
 
-    conn = await asyncpg.connect(_pg_admin_dsn(PG_URL))
+    conn = await asyncpg.connect(pg_admin_dsn(PG_URL))
     try:
         await conn.execute(sql)
     finally:
@@ -125,7 +129,7 @@ def install(tmp_path: Path) -> Iterator[Install]:
     name = f"cstp_fresh_{uuid.uuid4().hex[:12]}"
     _sync(_pg_admin(f'CREATE DATABASE "{name}"'))
     try:
-        yield Install(tmp_path, _with_db(PG_URL, name))
+        yield Install(tmp_path, with_db(PG_URL, name))
     finally:
         _sync(_pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
@@ -359,7 +363,7 @@ def test_debug_shows_the_traceback_of_an_unreachable_postgres(
 def test_a_postgres_database_that_does_not_exist_is_one_line(
     runner: CliRunner, tmp_path: Path
 ) -> None:
-    url = _with_db(PG_URL, f"cstp_missing_{uuid.uuid4().hex[:8]}")
+    url = with_db(PG_URL, f"cstp_missing_{uuid.uuid4().hex[:8]}")
     env = {"CSTP_DATABASE_URL": url, "CSTP_DATA_DIR": str(tmp_path / "data")}
     for args in (["db", "upgrade"], ["outbox"], ["db", "current"]):
         _one_line_failure(_invoke(runner, args, env), "cannot open the database", "does not exist")

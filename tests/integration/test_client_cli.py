@@ -23,7 +23,7 @@ from click.testing import CliRunner, Result
 from app.cli import main
 from app.client.options import parse_pairs
 from app.client.transport import endpoint, rpc_error_line
-from conftest import wait_until_up
+from support.processes import wait_until_up
 
 PG_URL = os.environ.get("CSTP_TEST_DATABASE_URL", "")
 USE_PG = PG_URL.startswith("postgresql")

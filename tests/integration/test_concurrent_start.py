@@ -14,7 +14,11 @@ import asyncpg
 import pytest
 
 from app.db import migrate
-from conftest import PG_URL, USE_PG, _pg_admin_dsn, _with_db, run_sql
+from support.databases import PG_URL, USE_PG, pg_admin_dsn, run_sql, with_db
+
+# Slow: six processes migrating one database together:
+# the fast loop (-m "not slow") leaves it out.
+pytestmark = pytest.mark.slow
 
 PROCESSES = 6
 # Each process waits for the same moment, then upgrades: no process has a head start.
@@ -35,13 +39,13 @@ async def empty_database(tmp_path: Path) -> AsyncIterator[str]:
         yield f"sqlite+aiosqlite:///{tmp_path / 'data' / 'cstp.db'}"
         return
     name = f"cstp_race_{uuid.uuid4().hex[:10]}"
-    conn = await asyncpg.connect(_pg_admin_dsn(PG_URL))
+    conn = await asyncpg.connect(pg_admin_dsn(PG_URL))
     try:
         await conn.execute(f'CREATE DATABASE "{name}"')
     finally:
         await conn.close()
-    yield _with_db(PG_URL, name)
-    conn = await asyncpg.connect(_pg_admin_dsn(PG_URL))
+    yield with_db(PG_URL, name)
+    conn = await asyncpg.connect(pg_admin_dsn(PG_URL))
     try:
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:

@@ -32,7 +32,8 @@ from app.runtime import Runtime
 from app.search.embedder import Embedder
 from app.search.index import IndexUnavailable
 from app.services import build_services
-from conftest import AppClient, ChromaServer, Rpc, serve_app
+from support.app import AppClient, Rpc, serve_app
+from support.processes import ChromaServer
 
 ID_RE = re.compile(r"^[0-9a-f]{8}$")
 ISO_UTC_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|\+00:00)$")

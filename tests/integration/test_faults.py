@@ -38,7 +38,9 @@ from app.runtime import Runtime
 from app.search.embedder import Embedder
 from app.search.index import IndexUnavailable, VectorIndex
 from app.services import Services, build_services
-from conftest import USE_PG, ChromaServer, Rpc, run_sql, serve_app, wait_until_up
+from support.app import Rpc, serve_app
+from support.databases import USE_PG, run_sql
+from support.processes import ChromaServer, wait_until_up
 
 pytestmark = pytest.mark.slow
 

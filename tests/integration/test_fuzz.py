@@ -35,7 +35,11 @@ from hypothesis import strategies as st
 from app.asgi import build_registry, create_app
 from app.config import Settings
 from app.search.embedder import Embedder
-from conftest import AppClient, serve_app
+from support.app import AppClient, serve_app
+
+# Slow: long property-based fuzz runs:
+# the fast loop (-m "not slow") leaves it out.
+pytestmark = pytest.mark.slow
 
 T = TypeVar("T")
 

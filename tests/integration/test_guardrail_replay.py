@@ -20,7 +20,8 @@ from app.asgi import create_app
 from app.cli import main
 from app.config import Settings
 from app.search.embedder import Embedder
-from conftest import Rpc, run_sql, serve_app
+from support.app import Rpc, serve_app
+from support.databases import run_sql
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "GUARDRAILS.md"
 PCI_BLOCKS = """

@@ -23,7 +23,8 @@ from app.asgi import create_app
 from app.config import Settings
 from app.db.base import UtcDateTime
 from app.runtime import Runtime, iso
-from conftest import Rpc, run_sql, serve_app
+from support.app import Rpc, serve_app
+from support.databases import run_sql
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "GUARDRAILS.md"

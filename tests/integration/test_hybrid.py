@@ -26,7 +26,7 @@ from app.asgi import create_app
 from app.config import Settings
 from app.db import migrate
 from app.runtime import Runtime, iso
-from conftest import TOKENS, Rpc, serve_app
+from support.app import TOKENS, Rpc, serve_app
 
 T = TypeVar("T")
 MODES = ("semantic", "keyword", "hybrid")

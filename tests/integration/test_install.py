@@ -23,7 +23,8 @@ import httpx
 import pytest
 
 from app.db import migrate
-from conftest import _pg_admin_dsn, _with_db, wait_until_up
+from support.databases import pg_admin_dsn, with_db
+from support.processes import wait_until_up
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_ADMIN_URL = os.environ.get(
@@ -218,13 +219,13 @@ def test_installed_server_starts_and_indexes_a_decision(
 
 async def test_installed_cli_migrates_a_fresh_postgres_database(installed: Installed) -> None:
     try:
-        admin = await asyncpg.connect(_pg_admin_dsn(PG_ADMIN_URL), timeout=5)
+        admin = await asyncpg.connect(pg_admin_dsn(PG_ADMIN_URL), timeout=5)
     except (OSError, asyncpg.PostgresError) as exc:
         pytest.skip(f"no PostgreSQL at {PG_ADMIN_URL}: {exc}")
     name = f"cstp_install_{uuid.uuid4().hex[:10]}"
     try:
         await admin.execute(f'CREATE DATABASE "{name}"')
-        env = {"CSTP_DATABASE_URL": _with_db(PG_ADMIN_URL, name)}
+        env = {"CSTP_DATABASE_URL": with_db(PG_ADMIN_URL, name)}
         upgraded = installed.cstp("db", "upgrade", env=env)
         assert upgraded.returncode == 0, upgraded.stdout + upgraded.stderr
         shown = installed.cstp("db", "current", env=env)

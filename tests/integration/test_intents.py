@@ -25,7 +25,8 @@ from app.db.decisions import Decision
 from app.db.guardrails import GuardrailEvaluation, GuardrailRuleResult
 from app.db.intents import Intent, IntentMatch
 from app.search.embedder import Embedder
-from conftest import Rpc, run_sql, serve_app
+from support.app import Rpc, serve_app
+from support.databases import run_sql
 
 ANNOUNCE = "cstp.announceIntent"
 

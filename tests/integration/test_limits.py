@@ -14,7 +14,7 @@ from app.operations.params import (
     FREE_FORM_MAX_KEY_LENGTH,
     FREE_FORM_MAX_KEYS,
 )
-from conftest import Rpc
+from support.app import Rpc
 
 
 def nested(depth: int) -> dict[str, Any]:

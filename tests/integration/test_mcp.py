@@ -22,7 +22,12 @@ from mcp.client.streamable_http import streamable_http_client
 
 from app.asgi import build_registry
 from app.rpc.discover import build_document
-from conftest import run_sql, wait_until_up
+from support.databases import run_sql
+from support.processes import wait_until_up
+
+# Slow: a real `cstp serve` per test, driven by the MCP SDK's clients:
+# the fast loop (-m "not slow") leaves it out.
+pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent
 TOOLS = [

@@ -29,7 +29,8 @@ from app.outbox import admin
 from app.runtime import Runtime
 from app.search.embedder import Embedder
 from app.search.index import IndexUnavailable
-from conftest import ChromaServer, Rpc, serve_app
+from support.app import Rpc, serve_app
+from support.processes import ChromaServer
 
 CAP = timedelta(seconds=30)  # the documented cap of the outbox's backoff
 # Distinct in meaning, so that a search for one finds that one first.

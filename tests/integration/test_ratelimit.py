@@ -33,7 +33,8 @@ from app.config import RateLimit, Settings, parse_rate_limits
 from app.errors import CstpError
 from app.operations.ratelimit import MemoryRateLimiter, RedisRateLimiter
 from app.search.embedder import Embedder
-from conftest import Rpc, serve_app, wait_until_up
+from support.app import Rpc, serve_app
+from support.processes import wait_until_up
 
 REDIS_URL = os.environ.get("CSTP_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 BIN = Path(__file__).resolve().parents[2] / ".venv" / "bin"

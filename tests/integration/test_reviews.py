@@ -16,7 +16,8 @@ from sqlalchemy.exc import DBAPIError
 from app.asgi import create_app
 from app.config import Settings
 from app.runtime import Runtime, iso
-from conftest import SEED_DECISION, Rpc, run_sql, serve_app
+from support.app import SEED_DECISION, Rpc, serve_app
+from support.databases import run_sql
 
 T0 = datetime(2026, 5, 4, 10, 30, 0, tzinfo=UTC)
 

@@ -22,7 +22,8 @@ from sqlalchemy import text as sql
 from app.asgi import create_app
 from app.config import Settings, parse_rate_limits
 from app.runtime import Runtime, iso
-from conftest import TOKENS, Rpc, copy_database, serve_app
+from support.app import TOKENS, Rpc, serve_app
+from support.databases import copy_database
 
 QUERY = "a decision about our software systems"
 START = datetime(2026, 3, 1, 9, 0, 0, tzinfo=UTC)

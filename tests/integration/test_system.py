@@ -14,7 +14,7 @@ from app.asgi import create_app
 from app.config import ConfigError, Settings
 from app.db import migrate
 from app.outbox import admin
-from conftest import serve_app
+from support.app import serve_app
 
 BODY = {"jsonrpc": "2.0", "method": "cstp.listDecisions", "id": 1}
 

@@ -15,7 +15,7 @@ import pytest
 
 from app.search.embedder import Embedder, load_default_embedder
 from app.search.index import IndexEntry, IndexUnavailable, VectorIndex
-from conftest import ChromaServer
+from support.processes import ChromaServer
 
 DEPLOY = "Deploy auth service to production"
 UNRELATED = [

@@ -1,0 +1,1 @@
+"""Helpers the tests share; the fixtures stay in tests/conftest.py."""

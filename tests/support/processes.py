@@ -1,0 +1,73 @@
+"""Child processes of a test (a Chroma server, ``cstp serve``): started, waited for, killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from pathlib import Path
+
+import httpx
+
+
+def wait_until_up(
+    proc: subprocess.Popen[bytes], url: str, timeout: float, log: Callable[[], str] = lambda: ""
+) -> None:
+    """Poll ``url`` until it answers 200. RuntimeError (with the tail of ``log()``) when
+    ``proc`` exits first or ``timeout`` runs out; the caller stops ``proc``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: the process exited with {proc.returncode}\n{log()}")
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer within {timeout:g} s\n{log()}")
+
+
+class ChromaServer:
+    """A ``chroma run`` child process on a loopback port, that tests kill (SIGKILL) and start
+    again on the same path and port."""
+
+    def __init__(self, path: Path, port: int) -> None:
+        self.path, self.port = path, port
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 60.0) -> None:
+        self.proc = subprocess.Popen(
+            [
+                str(Path(sys.executable).with_name("chroma")),
+                "run",
+                "--path",
+                str(self.path),
+                "--port",
+                str(self.port),
+                "--host",
+                "127.0.0.1",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            wait_until_up(self.proc, f"{self.url}/api/v2/heartbeat", timeout)
+        except RuntimeError:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """SIGKILL to the server and its children (its own session)."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
