@@ -155,6 +155,7 @@ def reindex_keyword(
     for statement in fulltext.install(dialect, **options):
         conn.execute(text(statement))
     keyword._statement.cache_clear()
+    keyword._pg_counts.cache_clear()
 
 
 def to_filters(q: LabelledQuery) -> SearchFilters:
