@@ -10,7 +10,17 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Float, Select, bindparam, exists, select
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Float,
+    Select,
+    bindparam,
+    exists,
+    literal_column,
+    select,
+)
+from sqlalchemy.orm import InstrumentedAttribute
 
 from app.db.decisions import Decision, DecisionTag
 from app.decisions.repository import SEARCH_COLUMNS, Brief
@@ -68,8 +78,18 @@ def values(f: SearchFilters) -> dict[str, Any]:
     return {key: value for key, value in values.items() if value is not None}
 
 
-def conditions(shape: Shape) -> list[ColumnElement[bool]]:
-    """The SQL form of ``app.search.filters.matches`` for a shape (values bound later)."""
+def _unindexed(column: InstrumentedAttribute[Any]) -> ColumnElement[Any]:
+    """``column`` written so that SQLite uses no index for a condition on it (a unary plus,
+    SQLite's documented way), with the column's type for its bound values."""
+    name = getattr(column, "key", None)
+    return literal_column(f"+{Decision.__tablename__}.{name}", type_=column.type)
+
+
+def conditions(shape: Shape, *, by_id: bool = False) -> list[ColumnElement[bool]]:
+    """The SQL form of ``app.search.filters.matches`` for a shape (values bound later).
+    ``by_id`` (SQLite): the rows are looked up by id and the conditions only check them;
+    without it SQLite's planner took the index of a filter (say, a category's ~2,000 rows
+    at 10,000 decisions) over 60 lookups by id, 2 ms instead of 0.2."""
     (
         category,
         stakes,
@@ -86,23 +106,27 @@ def conditions(shape: Shape) -> list[ColumnElement[bool]]:
         has_outcome,
     ) = shape
     d = Decision
+
+    def c(column: InstrumentedAttribute[Any]) -> ColumnElement[Any]:
+        return _unindexed(column) if by_id else column.expression
+
     out: list[ColumnElement[bool]] = []
     if category:
-        out.append(d.category == bindparam("f_category"))
+        out.append(c(d.category) == bindparam("f_category"))
     if stakes:
-        out.append(d.stakes.in_(bindparam("f_stakes", expanding=True)))
+        out.append(c(d.stakes).in_(bindparam("f_stakes", expanding=True)))
     if status:
-        out.append(d.status.in_(bindparam("f_status", expanding=True)))
+        out.append(c(d.status).in_(bindparam("f_status", expanding=True)))
     if min_confidence:
-        out.append(d.confidence >= bindparam("f_min_confidence", type_=Float()))
+        out.append(c(d.confidence) >= bindparam("f_min_confidence", type_=Float()))
     if max_confidence:
-        out.append(d.confidence <= bindparam("f_max_confidence", type_=Float()))
+        out.append(c(d.confidence) <= bindparam("f_max_confidence", type_=Float()))
     if date_after:
-        out.append(d.created_at >= bindparam("f_date_after", type_=d.created_at.type))
+        out.append(c(d.created_at) >= bindparam("f_date_after", type_=d.created_at.type))
     if date_before:
-        out.append(d.created_at < bindparam("f_date_before", type_=d.created_at.type))
+        out.append(c(d.created_at) < bindparam("f_date_before", type_=d.created_at.type))
     if agent:
-        out.append(d.recorded_by == bindparam("f_agent"))
+        out.append(c(d.recorded_by) == bindparam("f_agent"))
     for n in range(tags):
         out.append(
             exists().where(
@@ -110,20 +134,21 @@ def conditions(shape: Shape) -> list[ColumnElement[bool]]:
             )
         )
     if project:
-        out.append(d.project == bindparam("f_project"))
+        out.append(c(d.project) == bindparam("f_project"))
     if feature:
-        out.append(d.feature == bindparam("f_feature"))
+        out.append(c(d.feature) == bindparam("f_feature"))
     if pr:
-        out.append(d.pr == bindparam("f_pr"))
+        out.append(c(d.pr) == bindparam("f_pr"))
     if has_outcome is not None:
-        out.append(d.outcome.is_not(None) if has_outcome == "with" else d.outcome.is_(None))
+        outcome = c(d.outcome)
+        out.append(outcome.is_not(None) if has_outcome == "with" else outcome.is_(None))
     return out
 
 
 @functools.lru_cache(maxsize=256)
-def _briefs(shape: Shape) -> Select[Any]:
+def _briefs(shape: Shape, sqlite: bool) -> Select[Any]:
     return select(*SEARCH_COLUMNS).where(
-        Decision.id.in_(bindparam("ids", expanding=True)), *conditions(shape)
+        Decision.id.in_(bindparam("ids", expanding=True)), *conditions(shape, by_id=sqlite)
     )
 
 
@@ -131,5 +156,6 @@ def matching_briefs(conn: Connection, ids: Sequence[str], f: SearchFilters) -> d
     """The rows with these ids that satisfy ``f``, by id (no tags yet)."""
     if not ids:
         return {}
-    rows = conn.execute(_briefs(shape(f)), {"ids": list(ids), **values(f)})
+    statement = _briefs(shape(f), conn.dialect.name == "sqlite")
+    rows = conn.execute(statement, {"ids": list(ids), **values(f)})
     return {row[0]: Brief(*row) for row in rows}
