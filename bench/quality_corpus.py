@@ -1385,7 +1385,8 @@ class CorpusDecision:
 
     @property
     def text(self) -> str:
-        """The indexed text, as app.decisions.document.index_text builds it."""
+        """The decision's text, context and reasons: what the keyword index holds (the
+        embedding sees the first two)."""
         return index_text_of(self.params)
 
     @property
@@ -1481,8 +1482,10 @@ class Corpus:
 
 
 def index_text_of(params: dict[str, Any]) -> str:
-    """What the server embeds for a decision (app.decisions.document.index_text): the
-    stripped decision, the context and the reason texts, one per line."""
+    """The stripped decision, the context and the reason texts, one per line: the words the
+    server indexes for a decision (its embedding sees the decision and the context only,
+    app.decisions.document.index_text). Themes and paraphrases are checked against all of
+    it."""
     parts = [params["decision"].strip()]
     if params.get("context"):
         parts.append(params["context"])
