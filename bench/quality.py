@@ -35,11 +35,9 @@ import json
 import math
 import os
 import platform
-import secrets
 import shutil
 import signal
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -61,17 +59,7 @@ from bench.quality_corpus import (
 )
 from bench.run import git_info, loadavg, log, settle
 from bench.seed import Progress
-from bench.server import (
-    REPO_ROOT,
-    BenchError,
-    ServerProcess,
-    check_database_url,
-    create_database,
-    drop_database,
-    free_port,
-    server_env,
-    with_database,
-)
+from bench.server import REPO_ROOT, BenchError, ServerProcess, drop_database, prepare_server
 from bench.stats import summarize
 
 LIMIT = 10  # queryDecisions limit
@@ -887,30 +875,9 @@ def main(argv: list[str] | None = None) -> int:
         f"[corpus] {len(corpus.decisions)} decisions, {len(corpus.queries)} queries in "
         f"{gen_s:.2f} s (fingerprint {corpus.fingerprint()})"
     )
-    tmp = Path(tempfile.mkdtemp(prefix="cstp-quality-"))
-    token = secrets.token_urlsafe(24)
-    port = free_port()
-    pg_name: str | None = None
-    database_url: str | None = None
-    if args.database_url:
-        check_database_url(args.database_url)
-        pg_name = asyncio.run(create_database(args.database_url))
-        database_url = with_database(args.database_url, pg_name)
-        log(f"[postgres] created database {pg_name}")
-    database = f"postgres:{pg_name}" if pg_name else "sqlite"
-    server = ServerProcess(
-        server_env(
-            os.environ,
-            data_dir=tmp / "data",
-            decisions_dir=tmp / "decisions",
-            token=token,
-            port=port,
-            database_url=database_url,
-            max_batch=args.seed_batch,
-        ),
-        port,
-        tmp / "server.log",
-    )
+    prepared = prepare_server("cstp-quality-", args.database_url, args.seed_batch, log=log)
+    tmp, token, server = prepared.tmp, prepared.token, prepared.server
+    pg_name, database = prepared.pg_name, prepared.database
     run = Run(args, corpus, token, server, database, out, tmp)
     run.report = {
         "benchmark": "retrieval-quality",

@@ -15,12 +15,10 @@ import json
 import math
 import os
 import platform
-import secrets
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -31,17 +29,7 @@ from bench.client import RpcClient
 from bench.floor import Deadline, FloorIndex, time_embedding
 from bench.measure import MethodRun, measure_method
 from bench.seed import Generator, Progress, SeedStats
-from bench.server import (
-    REPO_ROOT,
-    BenchError,
-    ServerProcess,
-    check_database_url,
-    create_database,
-    drop_database,
-    free_port,
-    server_env,
-    with_database,
-)
+from bench.server import REPO_ROOT, BenchError, ServerProcess, drop_database, prepare_server
 
 READ_METHODS = ("cstp.announceIntent", "cstp.queryDecisions", "cstp.checkGuardrails")
 WRITE_METHOD = "cstp.recordDecision"
@@ -782,33 +770,15 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = Path(args.out) if args.out else REPO_ROOT / "bench" / "results" / f"{stamp}.json"
-    tmp = Path(tempfile.mkdtemp(prefix="cstp-bench-"))
-    token = secrets.token_urlsafe(24)
-    port = free_port()
-    pg_name: str | None = None
-    database_url: str | None = None
-    if args.database_url:
-        check_database_url(args.database_url)
-        pg_name = asyncio.run(create_database(args.database_url))
-        database_url = with_database(args.database_url, pg_name)
-        log(f"[postgres] created database {pg_name}")
-    database = f"postgres:{pg_name}" if pg_name else "sqlite"
-    server = ServerProcess(
-        server_env(
-            os.environ,
-            data_dir=tmp / "data",
-            decisions_dir=tmp / "decisions",
-            token=token,
-            port=port,
-            database_url=database_url,
-            max_batch=args.seed_batch,
-            settings=(
-                {"CSTP_RETRIEVAL_MODE": args.retrieval_mode} if args.retrieval_mode else None
-            ),
-        ),
-        port,
-        tmp / "server.log",
+    prepared = prepare_server(
+        "cstp-bench-",
+        args.database_url,
+        args.seed_batch,
+        {"CSTP_RETRIEVAL_MODE": args.retrieval_mode} if args.retrieval_mode else None,
+        log,
     )
+    tmp, token, server = prepared.tmp, prepared.token, prepared.server
+    pg_name, database = prepared.pg_name, prepared.database
     run = Run(args, token, server, database, out, tmp=tmp)
     run.report = {
         "startedAt": datetime.now(UTC).isoformat(),

@@ -16,8 +16,10 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -222,3 +224,46 @@ async def drop_database(url: str, name: str) -> None:
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await conn.close()
+
+
+@dataclass
+class Prepared:
+    """A server ready to start on a fresh temporary data dir (and a fresh Postgres database
+    when asked): what both harnesses set up the same way."""
+
+    tmp: Path
+    token: str
+    server: ServerProcess
+    pg_name: str | None
+    database: str  # "sqlite" or "postgres:<name>", for the report
+
+
+def prepare_server(
+    prefix: str,
+    database_url: str | None,
+    max_batch: int,
+    settings: Mapping[str, str] | None = None,
+    log: Callable[[str], None] = print,
+) -> Prepared:
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    token = secrets.token_urlsafe(24)
+    port = free_port()
+    pg_name: str | None = None
+    url: str | None = None
+    if database_url:
+        check_database_url(database_url)
+        pg_name = asyncio.run(create_database(database_url))
+        url = with_database(database_url, pg_name)
+        log(f"[postgres] created database {pg_name}")
+    env = server_env(
+        os.environ,
+        data_dir=tmp / "data",
+        decisions_dir=tmp / "decisions",
+        token=token,
+        port=port,
+        database_url=url,
+        max_batch=max_batch,
+        settings=settings,
+    )
+    server = ServerProcess(env, port, tmp / "server.log")
+    return Prepared(tmp, token, server, pg_name, f"postgres:{pg_name}" if pg_name else "sqlite")
