@@ -35,7 +35,6 @@ import json
 import math
 import os
 import platform
-import shutil
 import signal
 import sys
 import time
@@ -59,7 +58,7 @@ from bench.quality_corpus import (
 )
 from bench.run import git_info, loadavg, log, settle
 from bench.seed import Progress
-from bench.server import REPO_ROOT, BenchError, ServerProcess, drop_database, prepare_server
+from bench.server import REPO_ROOT, BenchError, ServerProcess, prepare_server
 from bench.stats import summarize
 
 LIMIT = 10  # queryDecisions limit
@@ -876,9 +875,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{gen_s:.2f} s (fingerprint {corpus.fingerprint()})"
     )
     prepared = prepare_server("cstp-quality-", args.database_url, args.seed_batch, log=log)
-    tmp, token, server = prepared.tmp, prepared.token, prepared.server
-    pg_name, database = prepared.pg_name, prepared.database
-    run = Run(args, corpus, token, server, database, out, tmp)
+    server, database = prepared.server, prepared.database
+    run = Run(args, corpus, prepared.token, server, database, out, prepared.tmp)
     run.report = {
         "benchmark": "retrieval-quality",
         "startedAt": datetime.now(UTC).isoformat(),
@@ -922,22 +920,12 @@ def main(argv: list[str] | None = None) -> int:
         problems = server.log_problems()
         run.report["serverLogProblemCount"] = len(problems)
         run.report["serverLogProblems"] = problems[:20]
-        if pg_name and args.database_url:
-            try:
-                asyncio.run(drop_database(args.database_url, pg_name))
-                log(f"[postgres] dropped database {pg_name}")
-            except Exception as exc:
-                log(f"[postgres] could not drop {pg_name}: {exc}")
+        prepared.drop_database(args.database_url, log)
         run.report["machine"]["loadAvgEnd"] = loadavg()
         run.report["finishedAt"] = datetime.now(UTC).isoformat()
         run.report["wallSeconds"] = round(time.monotonic() - wall, 1)
         run.save()
-        if server.log_path.exists():
-            shutil.copyfile(server.log_path, out.with_suffix(".server.log"))
-        if args.keep_data:
-            log(f"[data] kept in {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+        prepared.finish(out, args.keep_data, log)
         print(render(run.report), flush=True)
         log(f"[done] results in {out}")
     return code

@@ -15,7 +15,6 @@ import json
 import math
 import os
 import platform
-import shutil
 import signal
 import subprocess
 import sys
@@ -29,7 +28,7 @@ from bench.client import RpcClient
 from bench.floor import Deadline, FloorIndex, time_embedding
 from bench.measure import MethodRun, measure_method
 from bench.seed import Generator, Progress, SeedStats
-from bench.server import REPO_ROOT, BenchError, ServerProcess, drop_database, prepare_server
+from bench.server import REPO_ROOT, BenchError, ServerProcess, prepare_server
 
 READ_METHODS = ("cstp.announceIntent", "cstp.queryDecisions", "cstp.checkGuardrails")
 WRITE_METHOD = "cstp.recordDecision"
@@ -777,9 +776,8 @@ def main(argv: list[str] | None = None) -> int:
         {"CSTP_RETRIEVAL_MODE": args.retrieval_mode} if args.retrieval_mode else None,
         log,
     )
-    tmp, token, server = prepared.tmp, prepared.token, prepared.server
-    pg_name, database = prepared.pg_name, prepared.database
-    run = Run(args, token, server, database, out, tmp=tmp)
+    server, database = prepared.server, prepared.database
+    run = Run(args, prepared.token, server, database, out, tmp=prepared.tmp)
     run.report = {
         "startedAt": datetime.now(UTC).isoformat(),
         "command": [
@@ -820,22 +818,12 @@ def main(argv: list[str] | None = None) -> int:
         problems = server.log_problems()
         run.report["serverLogProblemCount"] = len(problems)
         run.report["serverLogProblems"] = problems[:20]
-        if pg_name and args.database_url:
-            try:
-                asyncio.run(drop_database(args.database_url, pg_name))
-                log(f"[postgres] dropped database {pg_name}")
-            except Exception as exc:  # tell the operator, do not hide it
-                log(f"[postgres] could not drop {pg_name}: {exc}")
+        prepared.drop_database(args.database_url, log)
         run.report["targets"] = evaluate_targets(run.report["sizes"])
         run.report["growth"] = evaluate_growth(run.report["sizes"])
         run.report["finishedAt"] = datetime.now(UTC).isoformat()
         run.save()
-        if server.log_path.exists():
-            shutil.copyfile(server.log_path, out.with_suffix(".server.log"))
-        if args.keep_data:
-            log(f"[data] kept in {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+        prepared.finish(out, args.keep_data, log)
         if run.report["aborted"]:
             for entry in run.report["sizes"]:
                 if entry.get("methods") and entry["size"] not in run.printed:

@@ -12,6 +12,7 @@ import atexit
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -236,6 +237,25 @@ class Prepared:
     server: ServerProcess
     pg_name: str | None
     database: str  # "sqlite" or "postgres:<name>", for the report
+
+    def drop_database(self, database_url: str | None, log: Callable[[str], None]) -> None:
+        """Drop the Postgres database made for the run, saying so either way."""
+        if not (self.pg_name and database_url):
+            return
+        try:
+            asyncio.run(drop_database(database_url, self.pg_name))
+            log(f"[postgres] dropped database {self.pg_name}")
+        except Exception as exc:  # tell the operator, do not hide it
+            log(f"[postgres] could not drop {self.pg_name}: {exc}")
+
+    def finish(self, out: Path, keep_data: bool, log: Callable[[str], None]) -> None:
+        """Keep the server's log beside the result; remove the data dir unless asked to keep it."""
+        if self.server.log_path.exists():
+            shutil.copyfile(self.server.log_path, out.with_suffix(".server.log"))
+        if keep_data:
+            log(f"[data] kept in {self.tmp}")
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def prepare_server(
