@@ -22,7 +22,7 @@ from app.db.decisions import Decision
 from app.outbox.failures import FailureKind, classify
 
 from . import repository
-from .export import render, target_path, write_atomic
+from .export import render, write_decision
 
 if TYPE_CHECKING:
     from app.services import Services
@@ -55,7 +55,7 @@ def _write_batch(root: Path, decisions: Sequence[Decision]) -> list[tuple[str, s
                 raise
             failed.append((decision.id, failure.error))
             continue
-        write_atomic(target_path(root, decision), content)
+        write_decision(root, decision, content)
     return failed
 
 

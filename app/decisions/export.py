@@ -2,6 +2,12 @@
 
 Canonical: fixed key order, no empty keys, UTF-8, block style, and byte-identical output for
 the same row, so exporting again changes nothing and diffs of the tree stay meaningful.
+
+A file is never replaced by one rendered from an older version of its row. A decision changes
+only when it is reviewed, and two passes may export it at once (the review's own pass and the
+relay retrying an earlier review's event, say), each with the row as it read it; whichever
+renamed last would win. So the write compares ``reviewed_at``: a file whose review is later
+than the row's was written from a newer row, and stays.
 """
 
 from __future__ import annotations
@@ -9,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import threading
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +30,10 @@ from .document import export_fields, relative_path
 # byte-identical output to the pure-Python one on every document we compared.
 try:
     from yaml import CSafeDumper as _SafeDumper
-except ImportError:  # PyYAML without libyaml: the pure-Python emitter, with the same interface
+    from yaml import CSafeLoader as _SafeLoader
+except ImportError:  # PyYAML without libyaml: the pure-Python ones, with the same interface
     from yaml import SafeDumper as _SafeDumper  # type: ignore[assignment]  # another class, same interface
+    from yaml import SafeLoader as _SafeLoader  # type: ignore[assignment]  # another class, same interface
 
 
 class _CanonicalDumper(_SafeDumper):
@@ -84,7 +94,40 @@ def write_atomic(path: Path, content: bytes) -> bool:
     return True
 
 
-def export_decision(root: Path, decision: Decision) -> Path:
+# One process's exports compare and replace a file one at a time (a read-compare-rename of a
+# file under a millisecond; exports of different files gain nothing from running together).
+_WRITE_LOCK = threading.Lock()
+
+
+def _review_time(content: bytes) -> datetime | None:
+    """The ``reviewed_at`` a stored file holds; None when it has none or it cannot be read
+    (a file edited into something else is replaced by the row's)."""
+    try:
+        fields = yaml.load(content, Loader=_SafeLoader)  # the safe loader
+        value = fields.get("reviewed_at") if isinstance(fields, dict) else None
+        return datetime.fromisoformat(value) if isinstance(value, str) else None
+    except (yaml.YAMLError, ValueError, TypeError):
+        return None
+
+
+def write_decision(root: Path, decision: Decision, content: bytes) -> bool:
+    """Write ``content`` (rendered from ``decision``) as its file; False when the file already
+    holds it, or holds a later review than ``decision`` has (see the module docstring)."""
     path = target_path(root, decision)
-    write_atomic(path, render(decision))
-    return path
+    with _WRITE_LOCK:
+        try:
+            current = path.read_bytes()
+        except FileNotFoundError:
+            current = None
+        if current is not None and current != content:
+            stored = _review_time(current)
+            if stored is not None and (
+                decision.reviewed_at is None or stored > decision.reviewed_at
+            ):
+                return False
+        return write_atomic(path, content)
+
+
+def export_decision(root: Path, decision: Decision) -> Path:
+    write_decision(root, decision, render(decision))
+    return target_path(root, decision)

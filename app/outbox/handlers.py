@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from app.db.decisions import Decision
 from app.db.outbox import EventKind
 from app.decisions.document import index_entry
-from app.decisions.export import render, target_path, write_atomic
+from app.decisions.export import render, write_decision
 from app.decisions.repository import load_decisions
 from app.search.types import IndexEntry
 
@@ -47,7 +47,7 @@ def _export_one(root: Path, decision: Decision) -> Failure | None:
     except Exception as exc:
         return _logged(classify(exc, building="the YAML file"), f"export of {decision.id}", exc)
     try:
-        write_atomic(target_path(root, decision), content)
+        write_decision(root, decision, content)
     except Exception as exc:
         return _logged(classify(exc), f"export of {decision.id}", exc)
     return None

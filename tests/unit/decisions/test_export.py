@@ -9,7 +9,7 @@ from pathlib import Path
 
 from app.db.decisions import Decision
 from app.decisions.document import relative_path
-from app.decisions.export import export_decision, render
+from app.decisions.export import export_decision, render, write_decision
 
 
 def decision(created: datetime) -> Decision:
@@ -47,3 +47,33 @@ def test_a_file_is_readable_as_the_umask_allows(tmp_path: Path) -> None:
     if umask == 0o022:  # the usual one: others may read the tree
         assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp file left
+
+
+def reviewed(at: datetime | None, outcome: str) -> Decision:
+    row = decision(datetime(2026, 12, 1, tzinfo=UTC))
+    if at is not None:
+        row.status, row.outcome, row.reviewed_by, row.reviewed_at = "reviewed", outcome, "bob", at
+    return row
+
+
+def test_a_file_from_a_newer_review_is_not_replaced_by_an_older_row(tmp_path: Path) -> None:
+    """Two passes exporting one decision at once, each with the row as it read it: the one
+    holding the older row must not overwrite the newer file, whichever finishes last."""
+    first = reviewed(datetime(2026, 12, 31, tzinfo=UTC), "partial")
+    second = reviewed(datetime(2027, 1, 30, tzinfo=UTC), "success")
+    path = export_decision(tmp_path, second)
+    for stale in (first, reviewed(None, "")):
+        assert write_decision(tmp_path, stale, render(stale)) is False
+        assert path.read_bytes() == render(second)
+    third = reviewed(datetime(2027, 2, 28, tzinfo=UTC), "failure")
+    assert write_decision(tmp_path, third, render(third)) is True
+    assert path.read_bytes() == render(third)
+
+
+def test_a_file_that_is_not_a_decision_any_more_is_replaced(tmp_path: Path) -> None:
+    row = reviewed(datetime(2026, 12, 31, tzinfo=UTC), "success")
+    path = export_decision(tmp_path, row)
+    for garbage in (b"reviewed_at: [unclosed\n", b"- a list\n", b"reviewed_at: yesterday\n"):
+        path.write_bytes(garbage)
+        assert write_decision(tmp_path, row, render(row)) is True
+        assert path.read_bytes() == render(row)
