@@ -37,9 +37,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -259,21 +260,40 @@ def _json_value(value: Any) -> Any:
     return str(value)  # not a JSON value; what json.dumps(default=str) would have stored
 
 
+def _bool(value: Any) -> bool:
+    return bool(value)
+
+
+def _float_of(value: Any) -> float | str:
+    return _float(float(value))
+
+
+def _int(value: Any) -> int:
+    return int(value)
+
+
+def _str(value: Any) -> str:
+    return str(value)
+
+
+def _conversion(type_: TypeEngine[Any]) -> Callable[[Any], Any]:
+    """How a non-NULL value of a column of ``type_`` is brought to its canonical value."""
+    if isinstance(type_, Boolean):
+        return _bool
+    if isinstance(type_, Float):
+        return _float_of
+    if isinstance(type_, Integer):
+        return _int
+    if isinstance(type_, UtcDateTime):
+        return iso_utc
+    if isinstance(type_, JSON):
+        return _json_value
+    return _str
+
+
 def value_of(value: Any, type_: TypeEngine[Any]) -> Any:
     """``value`` brought to its column's type, ready for the canonical JSON."""
-    if value is None:
-        return None
-    if isinstance(type_, Boolean):
-        return bool(value)
-    if isinstance(type_, Float):
-        return _float(float(value))
-    if isinstance(type_, Integer):
-        return int(value)
-    if isinstance(type_, UtcDateTime):
-        return iso_utc(value)
-    if isinstance(type_, JSON):
-        return _json_value(value)
-    return str(value)
+    return None if value is None else _conversion(type_)(value)
 
 
 def encode(document: Any) -> bytes:
@@ -290,14 +310,38 @@ def digest_of(document: Any) -> str:
 # ---- documents --------------------------------------------------------------------------------
 
 
-def _row(table: Table, columns: Iterable[str], values: Mapping[str, Any]) -> dict[str, Any]:
-    return {c: value_of(values.get(c), table.c[c].type) for c in columns}
+@functools.cache
+def _conversions(
+    table: Table, columns: tuple[str, ...]
+) -> tuple[tuple[str, Callable[[Any], Any]], ...]:
+    """Each column with its conversion, worked out once per table (rows are digested on every
+    audited write)."""
+    return tuple((c, _conversion(table.c[c].type)) for c in columns)
+
+
+def _row(table: Table, columns: tuple[str, ...], values: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        c: None if (v := values.get(c)) is None else convert(v)
+        for c, convert in _conversions(table, columns)
+    }
+
+
+def _natural_key(child: Child, row: dict[str, Any]) -> tuple[Any, ...]:
+    # None first, then by value; numbers and strings never share a key column
+    return tuple((v is not None, v) for v in (row[c] for c in child.order))
 
 
 def _sort_key(child: Child, row: dict[str, Any]) -> tuple[Any, ...]:
-    # Natural key first (None first, then by value; numbers and strings never share a key
-    # column), then the whole encoding so that even duplicated keys order one way.
-    return (*((v is not None, v) for v in (row[c] for c in child.order)), encode(row))
+    # the natural key, then the whole encoding so that even duplicated keys order one way
+    return (*_natural_key(child, row), encode(row))
+
+
+def _sort_rows(child: Child, rows: list[dict[str, Any]]) -> None:
+    """Order by ``_sort_key``; the encodings are only computed when natural keys repeat."""
+    rows.sort(key=functools.partial(_natural_key, child))
+    keys = [_natural_key(child, row) for row in rows]
+    if any(a == b for a, b in itertools.pairwise(keys)):
+        rows.sort(key=functools.partial(_sort_key, child))
 
 
 def document(
@@ -312,7 +356,7 @@ def document(
         rows = [
             _row(child.table, child.columns, r) for r in (children or {}).get(child.table.name, ())
         ]
-        rows.sort(key=functools.partial(_sort_key, child))
+        _sort_rows(child, rows)
         out[child.table.name] = rows
     return out
 

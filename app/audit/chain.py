@@ -13,7 +13,12 @@ lock, one read of the head and one INSERT, whatever the number of entries:
   it before (committed when it let go). The lock is held until this transaction ends: for
   the INSERT and the COMMIT.
 - SQLite: a write transaction already holds the database's only write lock (``BEGIN
-  IMMEDIATE``), so the head is read with a plain SELECT.
+  IMMEDIATE``), so the head needs no lock of its own. Each engine remembers the head its last
+  committed append left, and appends after it without reading it: ``seq`` is the primary key
+  and has no gaps, so when another engine or process appended since, the first entry's
+  ``seq`` is taken and the INSERT fails as a whole (nothing written); the head is then read
+  and the entries linked after it. A statement saved in every audited write transaction
+  (~0.25 ms of the write lock's time).
 
 The entry hash is an HMAC-SHA256 under the audit key when one is configured for the engine
 (``use_key``), else a plain SHA-256; the key never reaches the database.
@@ -29,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, event, insert, select, text
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
 
@@ -131,10 +137,36 @@ def link(
     return rows
 
 
-def write(conn: Connection, entries: Sequence[Covered], secret: bytes | None) -> None:
-    """Lock, read the head, and insert ``entries`` after it in one statement."""
-    if entries:
-        conn.execute(insert(CHAIN).values(link(head(conn, lock=True), entries, secret)))
+_INSERT = insert(CHAIN)
+HEAD_AFTER_COMMIT = "cstp.audit.head"
+
+# SQLite: the head each engine's last committed append left (see the module docstring).
+_heads: weakref.WeakKeyDictionary[Engine, tuple[int, str]] = weakref.WeakKeyDictionary()
+
+
+def write(conn: Connection, entries: Sequence[Covered], secret: bytes | None) -> tuple[int, str]:
+    """Lock, read the head, and insert ``entries`` after it in one statement (the rows as
+    parameters of one prepared INSERT: a multi-row VALUES clause would be compiled anew for
+    every transaction, ~0.3 ms each). Returns the new head."""
+    rows = link(head(conn, lock=True), entries, secret)
+    conn.execute(_INSERT, rows)
+    return rows[-1]["seq"], rows[-1]["hash"]
+
+
+def _write_after(
+    conn: Connection, known: tuple[int, str], entries: Sequence[Covered], secret: bytes | None
+) -> tuple[int, str] | None:
+    """SQLite: insert ``entries`` after ``known``, the head this engine last left; None
+    (nothing written) when another appender has taken the next ``seq`` since."""
+    rows = link(known, entries, secret)
+    try:
+        conn.execute(_INSERT, rows)
+    except IntegrityError:
+        taken = conn.execute(select(CHAIN.c.seq).where(CHAIN.c.seq == rows[0]["seq"])).first()
+        if taken is None:
+            raise  # not a stale head: some other constraint (a row chained twice)
+        return None
+    return rows[-1]["seq"], rows[-1]["hash"]
 
 
 @event.listens_for(Session, "before_commit")
@@ -147,4 +179,24 @@ def _write_pending(session: Session) -> None:
     pending = session.info.pop(PENDING)
     entries = [item if isinstance(item, Covered) else covered_object(item) for item in pending]
     conn = session.connection()
-    write(conn, entries, key_for(conn.engine).secret)
+    secret = key_for(conn.engine).secret
+    new_head = None
+    known = _heads.get(conn.engine) if conn.dialect.name == "sqlite" else None
+    if known is not None:
+        new_head = _write_after(conn, known, entries, secret)
+    if new_head is None:
+        new_head = write(conn, entries, secret)
+    session.info[HEAD_AFTER_COMMIT] = (conn.engine, new_head)
+
+
+@event.listens_for(Session, "after_commit")
+def _remember_head(session: Session) -> None:
+    """SQLite: the head this transaction's append left is the engine's head now."""
+    done = session.info.pop(HEAD_AFTER_COMMIT, None)
+    if done is not None and done[0].dialect.name == "sqlite":
+        _heads[done[0]] = done[1]
+
+
+@event.listens_for(Session, "after_rollback")
+def _forget_head(session: Session) -> None:
+    session.info.pop(HEAD_AFTER_COMMIT, None)

@@ -155,18 +155,17 @@ async def store(session: AsyncSession, staged: Sequence[Staged]) -> None:
     objects."""
     if not staged:
         return
+    # digested before the first statement: on SQLite that takes the write lock
+    entries = [
+        covered("guardrail_evaluations", s.row, {"guardrail_rule_results": s.rule_rows})
+        for s in staged
+    ]
     await _store_rule_sets(session, {s.rule_set.hash: s.rule_set for s in staged})
     await session.execute(insert(table_of(GuardrailEvaluation)), [s.row for s in staged])
     rule_rows = [r for s in staged for r in s.rule_rows]
     if rule_rows:
         await session.execute(insert(table_of(GuardrailRuleResult)), rule_rows)
-    append(
-        session,
-        *(
-            covered("guardrail_evaluations", s.row, {"guardrail_rule_results": s.rule_rows})
-            for s in staged
-        ),
-    )
+    append(session, *entries)
 
 
 # The rule sets known to be stored, per database engine: once a process has seen its rule
