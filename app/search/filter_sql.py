@@ -159,3 +159,13 @@ def matching_briefs(conn: Connection, ids: Sequence[str], f: SearchFilters) -> d
     statement = _briefs(shape(f), conn.dialect.name == "sqlite")
     rows = conn.execute(statement, {"ids": list(ids), **values(f)})
     return {row[0]: Brief(*row) for row in rows}
+
+
+@functools.lru_cache(maxsize=256)
+def _ids(shape: Shape) -> Select[Any]:
+    return select(Decision.id).where(*conditions(shape)).limit(bindparam("cap"))
+
+
+def matching_ids(conn: Connection, f: SearchFilters, cap: int) -> list[str]:
+    """The ids of up to ``cap`` decisions that satisfy ``f`` (in no particular order)."""
+    return list(conn.execute(_ids(shape(f)), {"cap": cap, **values(f)}).scalars())
