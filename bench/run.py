@@ -632,6 +632,24 @@ TARGETS = (
         50.0,
         1_000,
     ),
+    Target(
+        "at scale: announceIntent p99 <= 50 ms, 1 client",
+        "cstp.announceIntent",
+        1,
+        "p99",
+        "<=",
+        50.0,
+        100_000,
+    ),
+    Target(
+        "at scale: announceIntent p99 <= 150 ms, 8 clients",
+        "cstp.announceIntent",
+        8,
+        "p99",
+        "<=",
+        150.0,
+        100_000,
+    ),
     Target("no errors in any measured call", None, None, "errorCount", "<=", 0, None),
 )
 
@@ -685,38 +703,44 @@ def evaluate_targets(sizes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return results
 
 
+GROWTH_METRICS = ("p50", "p95", "p99")
+
+
 def evaluate_growth(sizes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """p50 ratio between consecutive sizes against the log-N ratio ln(b)/ln(a)."""
+    """p50, p95 and p99 ratios between consecutive sizes against the log-N ratio
+    ln(b)/ln(a): the tail must not grow faster with the corpus than the median may."""
     measured = [s for s in sizes if s.get("methods") and s["size"] > 1]
     out = []
     for a, b in itertools.pairwise(measured):
         allowed = math.log(b["size"]) / math.log(a["size"])
         rows_a = {(r["method"], r["concurrency"]): r for r in a["methods"]}
+        # The same ratio in multiples of each size's floor: it cancels most of the effect
+        # of a machine that got busier (or quieter) between the two sizes.
+        f_a, f_b = (a.get("floor") or {}).get("floorMs"), (b.get("floor") or {}).get("floorMs")
         for r in b["methods"]:
             ra = rows_a.get((r["method"], r["concurrency"]))
-            p_a = ra["latencyMs"]["p50"] if ra else None
-            p_b = r["latencyMs"]["p50"]
-            if not p_a or p_b is None:
-                continue
-            ratio = p_b / p_a
-            # The same ratio in multiples of each size's floor: it cancels most of the effect
-            # of a machine that got busier (or quieter) between the two sizes.
-            f_a, f_b = (a.get("floor") or {}).get("floorMs"), (b.get("floor") or {}).get("floorMs")
-            normalized = round(ratio * f_a / f_b, 3) if f_a and f_b else None
-            out.append(
-                {
-                    "method": r["method"],
-                    "concurrency": r["concurrency"],
-                    "from": a["size"],
-                    "to": b["size"],
-                    "p50From": p_a,
-                    "p50To": p_b,
-                    "ratio": round(ratio, 3),
-                    "ratioInFloors": normalized,
-                    "logNRatio": round(allowed, 3),
-                    "status": "pass" if ratio <= allowed else "FAIL",
-                }
-            )
+            for metric in GROWTH_METRICS:
+                v_a = ra["latencyMs"][metric] if ra else None
+                v_b = r["latencyMs"][metric]
+                if not v_a or v_b is None:
+                    continue
+                ratio = v_b / v_a
+                normalized = round(ratio * f_a / f_b, 3) if f_a and f_b else None
+                out.append(
+                    {
+                        "method": r["method"],
+                        "concurrency": r["concurrency"],
+                        "metric": metric,
+                        "from": a["size"],
+                        "to": b["size"],
+                        "valueFrom": v_a,
+                        "valueTo": v_b,
+                        "ratio": round(ratio, 3),
+                        "ratioInFloors": normalized,
+                        "logNRatio": round(allowed, 3),
+                        "status": "pass" if ratio <= allowed else "FAIL",
+                    }
+                )
     return out
 
 
@@ -738,11 +762,12 @@ def render_summary(report: dict[str, Any]) -> str:
         )
     growth = report.get("growth", [])
     if growth:
-        lines.append("== growth of p50 between sizes (allowed: ln(b)/ln(a)) ==")
+        lines.append("== growth of p50, p95 and p99 between sizes (allowed: ln(b)/ln(a)) ==")
         for g in growth:
             lines.append(
-                f"  [{g['status']}] {g['method'].removeprefix('cstp.')} x{g['concurrency']}: "
-                f"{g['from']:,} -> {g['to']:,}: {_fmt(g['p50From'])} -> {_fmt(g['p50To'])} ms, "
+                f"  [{g['status']}] {g['method'].removeprefix('cstp.')} x{g['concurrency']} "
+                f"{g['metric']}: {g['from']:,} -> {g['to']:,}: "
+                f"{_fmt(g['valueFrom'])} -> {_fmt(g['valueTo'])} ms, "
                 f"ratio {_fmt(g['ratio'])} (allowed {_fmt(g['logNRatio'])}; "
                 f"in multiples of the floor {_fmt(g['ratioInFloors'])})"
             )
