@@ -31,6 +31,7 @@ from app.search.embedder import Embedder
 from app.search.index import IndexUnavailable
 from support.app import Rpc, serve_app
 from support.processes import ChromaServer
+from support.waiting import poll_until
 
 CAP = timedelta(seconds=30)  # the documented cap of the outbox's backoff
 # Distinct in meaning, so that a search for one finds that one first.
@@ -59,15 +60,8 @@ async def poll(
     timeout: float,  # noqa: ASYNC109 - a deadline the failure reports, with the last state seen
     what: str,
 ) -> Any:
-    """Poll ``check`` (-> ``(reached, detail)``) until reached, at most ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        reached, detail = await check()
-        if reached:
-            return detail
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not reached within {timeout:g} s (last: {detail!r})")
-        await asyncio.sleep(0.2)
+    """``support.waiting.poll_until`` every 0.2 s: the checks here search or read the outbox."""
+    return await poll_until(check, timeout, what, interval=0.2)
 
 
 def yaml_names(directory: Path) -> list[str]:

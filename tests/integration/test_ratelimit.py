@@ -14,7 +14,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, suppress
@@ -35,6 +34,7 @@ from app.operations.ratelimit import MemoryRateLimiter, RedisRateLimiter
 from app.search.embedder import Embedder
 from support.app import Rpc, serve_app
 from support.processes import wait_until_up
+from support.waiting import wait_until
 
 REDIS_URL = os.environ.get("CSTP_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 BIN = Path(__file__).resolve().parents[2] / ".venv" / "bin"
@@ -443,14 +443,13 @@ class PrivateRedis:
             stderr=subprocess.DEVNULL,
         )
         client = redis.Redis.from_url(self.url, socket_connect_timeout=0.2)
-        for _ in range(100):
-            try:
-                client.ping()
-                return
-            except redis.RedisError:
-                assert self.proc.poll() is None, "redis-server exited"
-                time.sleep(0.05)
-        raise AssertionError("redis-server did not answer")
+        proc = self.proc
+
+        def answers() -> tuple[bool, Any]:
+            assert proc.poll() is None, "redis-server exited"
+            return bool(client.ping()), None
+
+        wait_until(answers, 20, "redis-server answering", not_yet=(redis.RedisError,))
 
     def stop(self) -> None:
         if self.proc is not None:

@@ -6,12 +6,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
+from typing import Any
 
 import httpx
+
+from .waiting import wait_until
 
 
 def wait_until_up(
@@ -19,17 +21,17 @@ def wait_until_up(
 ) -> None:
     """Poll ``url`` until it answers 200. RuntimeError (with the tail of ``log()``) when
     ``proc`` exits first or ``timeout`` runs out; the caller stops ``proc``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def up() -> tuple[bool, Any]:
         if proc.poll() is not None:
             raise RuntimeError(f"{url}: the process exited with {proc.returncode}\n{log()}")
-        try:
-            if httpx.get(url, timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} did not answer within {timeout:g} s\n{log()}")
+        status = httpx.get(url, timeout=1.0).status_code
+        return status == 200, status
+
+    try:
+        wait_until(up, timeout, url, interval=0.1, not_yet=(httpx.HTTPError,))
+    except AssertionError:
+        raise RuntimeError(f"{url} did not answer within {timeout:g} s\n{log()}") from None
 
 
 class ChromaServer:
