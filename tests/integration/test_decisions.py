@@ -9,7 +9,7 @@ import asyncio
 import itertools
 import re
 import shutil
-import time
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -20,7 +20,7 @@ from typing import Any
 import asyncpg
 import pytest
 import yaml
-from sqlalchemy import select
+from sqlalchemy import event, select
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
 from app.asgi import create_app
@@ -34,6 +34,7 @@ from app.search.index import IndexUnavailable
 from app.services import build_services
 from support.app import AppClient, Rpc, serve_app
 from support.processes import ChromaServer
+from support.waiting import poll_until
 
 ID_RE = re.compile(r"^[0-9a-f]{8}$")
 ISO_UTC_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|\+00:00)$")
@@ -534,9 +535,13 @@ async def test_id_taken_by_a_concurrent_uncommitted_insert_is_redrawn(
     runtime = Runtime(decision_id=lambda: next(ids))
     other = create_async_engine(settings.database_url)
     try:
-        async with app_client(settings, embedder, runtime) as (rpc, _client):
+        # No background relay: the call is then the app's only writer once the warm-up's
+        # outbox bookkeeping is recorded, so a writer seen waiting below is the call.
+        quiet = replace(settings, relay_enabled=False)
+        async with app_client(quiet, embedder, runtime) as (rpc, client):
             # a first call opens the app's connections (and switches a SQLite file to WAL)
             await rpc.ok("cstp.recordDecision", simple("Warm-up decision"))
+            await client.app.state.services.relay.flush()
             async with AsyncSession(other) as session:
                 await session.begin()
                 session.add(
@@ -556,7 +561,7 @@ async def test_id_taken_by_a_concurrent_uncommitted_insert_is_redrawn(
                 call = asyncio.create_task(
                     rpc.call("cstp.recordDecision", simple("Mine: use Redis"))
                 )
-                await _until_blocked_on_a_lock(settings, call)
+                await _until_blocked_on_a_lock(settings, client.app.state.services, call)
                 await session.commit()
             answer = await asyncio.wait_for(call, 30)
             assert "result" in answer, answer
@@ -569,25 +574,50 @@ async def test_id_taken_by_a_concurrent_uncommitted_insert_is_redrawn(
         await other.dispose()
 
 
-async def _until_blocked_on_a_lock(settings: Settings, call: asyncio.Task[Any]) -> None:
-    """Postgres: wait until some backend waits on a lock (the call's INSERT). SQLite: the
-    call waits for the write lock anyway, give it a moment to get there."""
+async def _until_blocked_on_a_lock(
+    settings: Settings, services: Any, call: asyncio.Task[Any]
+) -> None:
+    """Wait until the call waits on the lock the other transaction holds. Postgres: some
+    backend of the database waits on a lock (the call's INSERT, on the held id). SQLite: an
+    app write connection has sent its ``BEGIN IMMEDIATE``, which waits for the other
+    transaction's write lock (the call's group commit: no other writer runs here)."""
+
+    async def check(waiting: Callable[[], Any]) -> tuple[bool, Any]:
+        if call.done():
+            raise AssertionError("the recordDecision call never waited on the held id")
+        return bool(await waiting()), None
+
     if settings.is_sqlite:
-        await asyncio.sleep(0.5)
+        began = threading.Event()
+
+        def on_execute(*args: Any) -> None:
+            # Runs as the statement goes to the driver; the poll below sees it only once the
+            # statement is with aiosqlite's thread (the loop runs nothing else before that).
+            if args[2] == "BEGIN IMMEDIATE":
+                began.set()
+
+        engine = services.db.write_engine.sync_engine
+        event.listen(engine, "before_cursor_execute", on_execute)
+        try:
+
+            async def sent() -> bool:
+                return began.is_set()
+
+            await poll_until(lambda: check(sent), 20, "the call waiting for the write lock")
+        finally:
+            event.remove(engine, "before_cursor_execute", on_execute)
         return
     dsn = settings.database_url.replace("postgresql+asyncpg://", "postgresql://")
     conn = await asyncpg.connect(dsn)
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not call.done():
-            waiting = await conn.fetchval(
+
+        async def lock_waits() -> int:
+            return await conn.fetchval(
                 "SELECT count(*) FROM pg_stat_activity "
                 "WHERE datname = current_database() AND wait_event_type = 'Lock'"
             )
-            if waiting:
-                return
-            await asyncio.sleep(0.05)
-        raise AssertionError("the recordDecision call never waited on the held id")
+
+        await poll_until(lambda: check(lock_waits), 20, "the call waiting on the held id")
     finally:
         await conn.close()
 
@@ -668,7 +698,15 @@ async def test_cancelling_a_drain_leaves_the_calls_it_waited_for_alone(
     call = asyncio.ensure_future(rpc.ok("cstp.recordDecision", simple("Keep the cache warm")))
     await asyncio.wait_for(reached.wait(), timeout=10)
     drain = asyncio.ensure_future(services.recorder.drain())
-    await asyncio.sleep(0.2)  # committed; the delivery waits for the embedding
+
+    async def committed() -> tuple[bool, Any]:
+        listed = await rpc.ok("cstp.listDecisions")
+        return listed["total"] == 1, listed["total"]
+
+    # the decision is committed, the call is not answered: its delivery waits for the
+    # embedding, and so does the drain
+    await poll_until(committed, 10, "the decision committed")
+    assert not call.done()
     assert not drain.done()
     drain.cancel()
     gate.set()
@@ -703,18 +741,16 @@ async def test_index_outage_is_healed_by_the_relay_without_help(
         assert all(status == "done" for kind, _d, status in rows if kind == "export")
 
         await asyncio.to_thread(chroma_server.start)
-        deadline = time.monotonic() + 40
-        count, statuses = -1, set()
-        while time.monotonic() < deadline:
+
+        async def healed() -> tuple[bool, Any]:
             try:
                 count = await services.index.count()
             except IndexUnavailable:
                 count = -1
             statuses = {status for _k, _d, status in await outbox_rows(client)}
-            if count == 4 and statuses == {"done"}:
-                break
-            await asyncio.sleep(0.25)
-        assert count == 4 and statuses == {"done"}, (count, statuses)
+            return count == 4 and statuses == {"done"}, (count, statuses)
+
+        await poll_until(healed, 40, "index complete and outbox done", interval=0.25)
         hits = await services.index.query(UNRELATED[2], where=None, limit=1)
         assert hits[0].id == later[2]["id"]
 

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from sqlalchemy import func, select, update
+from sqlalchemy import event, func, select, update
 
 from app.asgi import create_app
 from app.config import Settings
@@ -38,6 +38,7 @@ from app.runtime import Runtime
 from app.search.embedder import Embedder
 from app.search.index import IndexUnavailable, VectorIndex
 from app.services import Services, build_services
+from support import waiting
 from support.app import Rpc, serve_app
 from support.databases import USE_PG, run_sql
 from support.processes import ChromaServer, wait_until_up
@@ -101,21 +102,11 @@ async def poll_until(
     what: str,
     interval: float = 0.25,
 ) -> Any:
-    """Poll ``check`` (-> ``(reached, detail)``) until reached; return the detail. Fails with
-    the last detail after ``timeout`` seconds; a component still coming back (the index, an
-    HTTP server) counts as "not yet", any other error fails at once."""
-    deadline = time.monotonic() + timeout
-    detail: Any = None
-    while True:
-        try:
-            reached, detail = await check()
-        except (IndexUnavailable, httpx.HTTPError) as exc:
-            reached, detail = False, exc
-        if reached:
-            return detail
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not reached within {timeout:g} s (last: {detail!r})")
-        await asyncio.sleep(interval)
+    """``support.waiting.poll_until``, where a component still coming back (the index, an
+    HTTP server) counts as "not yet"; any other error fails at once."""
+    return await waiting.poll_until(
+        check, timeout, what, interval=interval, not_yet=(IndexUnavailable, httpx.HTTPError)
+    )
 
 
 def yaml_tree(root: Path) -> tuple[dict[str, Path], list[str]]:
@@ -249,10 +240,12 @@ async def test_chroma_server_killed_and_restarted_mid_load_loses_nothing(
     settings: Settings, embedder: Embedder, chroma_server: ChromaServer
 ) -> None:
     """500 recordDecision calls from 8 concurrent workers against an app on a ``chroma run``
-    server; after ~100 calls the server gets SIGKILL and is started again ~2 s later (same
-    path, same port). Every call succeeds (``indexed`` may be false), and with no manual step
-    the relay's background loop brings SQL, the YAML tree and the index to the same 500."""
+    server; after ~100 calls the server gets SIGKILL and is started again once 50 calls have
+    been answered without it (same path, same port). Every call succeeds (``indexed`` may be
+    false), and with no manual step the relay's background loop brings SQL, the YAML tree
+    and the index to the same 500."""
     total, workers, kill_after = 500, 8, 100
+    outage_calls = 50  # answered with indexed=false before the server is started again
     chroma = chroma_server  # killed after the test by its fixture, whatever happens
     await asyncio.to_thread(chroma.start)
     remote = settings.with_overrides(chroma_url=chroma.url, outbox_poll_seconds=0.2)
@@ -274,11 +267,20 @@ async def test_chroma_server_killed_and_restarted_mid_load_loses_nothing(
                 if len(results) >= kill_after:
                     done.set()
 
+        def unindexed() -> int:
+            return sum(1 for a in results.values() if a.get("result", {}).get("indexed") is False)
+
         async def fault() -> None:
             await asyncio.wait_for(done.wait(), 120)
             timeline["killed_after"] = len(results)
             await asyncio.to_thread(chroma.stop)
-            await asyncio.sleep(2.0)
+
+            async def outage_seen() -> tuple[bool, Any]:
+                # the load has run into the dead index (or ended): then the server comes back
+                seen = unindexed()
+                return seen >= outage_calls or len(results) == total, (seen, len(results))
+
+            await poll_until(outage_seen, 60, "calls answered while the index was down")
             timeline["restart_after"] = len(results)
             await asyncio.to_thread(chroma.start)
             timeline["up_after"] = len(results)
@@ -743,6 +745,17 @@ async def test_calls_succeed_after_postgres_closed_the_servers_connections(
         "confidence": 0.7,
     }
     app = create_app(replace(settings, relay_enabled=False), embedder=embedder)
+    pool_events = app.state.services.db.write_engine.sync_engine
+    idle: dict[int, Any] = {}  # the pooled connections not checked out, by record
+
+    @event.listens_for(pool_events, "checkin")
+    def _checkin(_dbapi_connection: Any, record: Any) -> None:
+        idle[id(record)] = record
+
+    @event.listens_for(pool_events, "checkout")
+    def _checkout(_dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        idle.pop(id(record), None)
+
     async with serve_app(app) as client:
         rpc = Rpc(client)
         # concurrent calls, so the pool holds more than one connection as a rule (announcements
@@ -755,7 +768,15 @@ async def test_calls_succeed_after_postgres_closed_the_servers_connections(
             "WHERE datname = current_database() AND pid <> pg_backend_pid()",
         )
         assert closed and all(row["closed"] for row in closed), closed
-        await asyncio.sleep(0.5)  # a restart takes longer than this; the server sees the closes
+
+        async def closes_seen() -> tuple[bool, Any]:
+            # The case the test is about: the closes arrived while the connections sat in the
+            # pool, and asyncpg has seen them (from the event loop) before the next checkout.
+            drivers = [r.driver_connection for r in idle.values()]
+            still_open = [d for d in drivers if d is not None and not d.is_closed()]
+            return bool(idle) and not still_open, (len(idle), len(still_open))
+
+        await poll_until(closes_seen, 10, "every pooled connection seen closed")
         for _ in range(3):  # more calls than one connection: each pooled one is replaced
             results = await asyncio.gather(
                 rpc.ok("cstp.announceIntent", intent),

@@ -24,6 +24,7 @@ from app.search.reindex import reindex
 from app.services import build_services
 from support.app import serve_app
 from support.databases import run_sql
+from support.waiting import poll_until
 
 ROOT = Path(__file__).resolve().parents[2]
 WHEN = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
@@ -218,7 +219,7 @@ def test_import_of_a_thousand_files_is_idempotent_and_reports_bad_files(
 
 
 async def test_import_waits_for_the_events_a_running_server_claimed(
-    settings: Settings, embedder: Any, tmp_path: Path
+    settings: Settings, embedder: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A server's relay loop may claim the imported decisions' events before the command's
     own drain does; the command must wait for that relay, and report what the database says
@@ -236,11 +237,21 @@ async def test_import_waits_for_the_events_a_running_server_claimed(
         return await process(events)
 
     server.relay._process = slow_process  # type: ignore[method-assign]  # slowed on purpose
+    # What the command learns of its events' progress, each time it asks (from its thread).
+    reports: list[admin.Progress] = []
+    progress_of = admin.progress_of
+
+    async def observed_progress_of(services: Any, decision_ids: Any) -> admin.Progress:
+        report = await progress_of(services, decision_ids)
+        reports.append(report)
+        return report
+
+    monkeypatch.setattr(admin, "progress_of", observed_progress_of)
 
     async def relay_loop() -> None:
         while not stop.is_set():
             await server.relay.run_due()
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.02)  # the pace of this stand-in for a server's relay loop
 
     loop_task = asyncio.create_task(relay_loop())
     try:
@@ -250,7 +261,14 @@ async def test_import_waits_for_the_events_a_running_server_claimed(
             )
         )
         await asyncio.wait_for(claimed.wait(), 60)
-        await asyncio.sleep(1.0)  # the command has stored and drained what was left to it
+
+        async def waiting_for_the_server() -> tuple[bool, Any]:
+            # the command has stored and drained what was left to it, and has asked twice
+            # since, both times with events another relay works on: it is in its wait
+            working = [r for r in reports if r.working]
+            return len(working) >= 2 or command.done(), reports
+
+        await poll_until(waiting_for_the_server, 60, "the command waiting for the server")
         assert not command.done()
         release.set()
         result = await asyncio.wait_for(command, 90)
