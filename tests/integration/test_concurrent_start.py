@@ -26,8 +26,8 @@ UPGRADE_AT = """
 import asyncio, sys, time
 from app.db import migrate
 start = float(sys.argv[2])
-while time.time() < start:
-    time.sleep(0.001)
+while time.time() < start:  # a start at one agreed moment (a barrier across processes),
+    time.sleep(0.001)  # not a wait for a condition: the processes share nothing else
 asyncio.run(migrate.upgrade(sys.argv[1]))
 """
 

@@ -4,7 +4,6 @@ always the token's; rate limits, audit rows and errors are those of /cstp."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
@@ -292,7 +291,7 @@ def test_cstp_mcp_with_a_refused_token_says_so_in_one_line(server: Server) -> No
     assert len(lines) == 1 and "refused the token" in lines[0], lines
 
 
-async def test_tools_match_the_operation_table() -> None:
+def test_tools_match_the_operation_table() -> None:
     """Without a server: every operation but rpc.discover is a tool, with its description."""
     from app.mcp.tools import tool_list
 
@@ -300,4 +299,3 @@ async def test_tools_match_the_operation_table() -> None:
     tools = tool_list(registry)
     assert sorted(t.name for t in tools) == TOOLS
     assert all(t.description and len(t.description) > 80 for t in tools)
-    await asyncio.sleep(0)
