@@ -10,6 +10,7 @@ from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from sqlalchemy import insert, update
 
 from app.calibration.schemas import round3
@@ -367,6 +368,7 @@ def generated(count: int) -> tuple[list[dict[str, Any]], dict[str, Any], dict[st
     return rows, expected, dict(buckets)
 
 
+@pytest.mark.slow  # 100k rows
 async def test_100k_reviewed_decisions_in_sql_with_flat_memory(rpc: Any, services: Any) -> None:
     rows, expected, buckets = generated(102_000)
     assert expected["reviewedDecisions"] == 100_000 and expected["totalDecisions"] == 90_000

@@ -235,6 +235,9 @@ PROPERTY = hyp_settings(
 )
 
 
+# Slow: a long fuzz run (120 examples, 3 modes each); the filter tests of test_search and
+# test_index_filters stay in the fast loop.
+@pytest.mark.slow
 async def test_every_mode_keeps_every_filter_and_finds_exact_tokens(
     settings: Settings, embedder: Any
 ) -> None:

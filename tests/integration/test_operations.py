@@ -197,6 +197,7 @@ def _journal(root: Path, count: int) -> None:
     (root / "2025" / "broken.yaml").write_text("decision: [not closed\n", encoding="utf-8")
 
 
+@pytest.mark.slow  # 1,000 files imported twice; the smaller import tests stay in the fast loop
 def test_import_of_a_thousand_files_is_idempotent_and_reports_bad_files(
     settings: Settings, tmp_path: Path
 ) -> None:

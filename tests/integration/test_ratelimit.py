@@ -322,6 +322,9 @@ def processes(tmp_path: Path) -> Iterator[Processes]:
         procs.stop_all()
 
 
+# Slow: two `cstp serve` processes (the Redis budget's atomicity across connections stays in
+# the fast loop, in-process).
+@pytest.mark.slow
 async def test_two_server_processes_share_one_redis_budget(
     database_url: str, tmp_path: Path, processes: Processes, agents: Agents, db: AsyncEngine
 ) -> None:

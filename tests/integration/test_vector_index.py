@@ -164,6 +164,7 @@ async def assert_unavailable_fast(call: Callable[[], Awaitable[object]]) -> None
     assert info.value.__cause__ is not None
 
 
+@pytest.mark.slow  # fault injection on a `chroma run` process (killed, restarted, stopped)
 async def test_http_index_survives_server_outages(
     chroma_server: ChromaServer, embedder: Embedder
 ) -> None:
