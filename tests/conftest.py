@@ -12,10 +12,10 @@ import asyncpg
 import pytest
 
 from app.asgi import create_app
-from app.config import Settings, parse_rate_limits
+from app.config import Settings
 from app.db import migrate
 from app.search.embedder import Embedder, load_default_embedder
-from support.app import SEED_DECISION, TOKENS, AppClient, Rpc, serve_app
+from support.app import SEED_DECISION, AppClient, Rpc, serve_app, settings_in
 from support.databases import PG_URL, USE_PG, copy_database, pg_admin_dsn, with_db
 from support.processes import ChromaServer
 
@@ -58,14 +58,7 @@ async def database_url(template_db: str, tmp_path: Path) -> AsyncIterator[str]:
 
 @pytest.fixture
 def settings(database_url: str, tmp_path: Path) -> Settings:
-    return Settings(
-        data_dir=tmp_path / "data",
-        database_url=database_url,
-        decisions_dir=tmp_path / "decisions",
-        auth_tokens=TOKENS,
-        rate_limits=parse_rate_limits("default=100000/1"),
-        outbox_poll_seconds=0.2,
-    )
+    return settings_in(tmp_path, database_url)
 
 
 @pytest.fixture
@@ -78,6 +71,38 @@ async def client(settings: Settings, embedder: Embedder) -> AsyncIterator[AppCli
 @pytest.fixture
 def rpc(client: AppClient) -> Rpc:
     return Rpc(client)
+
+
+# One app for a whole module, for the tests that need no fresh database: each of them
+# passes whatever the module's other tests wrote before it (they count nothing, list nothing
+# they did not write themselves) and leaves the app as it found it (no registry, setting or
+# service changed). A test that counts rows, or changes the app, takes ``client``/``rpc``.
+
+
+@pytest.fixture(scope="module")
+async def shared_settings(
+    template_db: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Settings]:
+    folder = tmp_path_factory.mktemp("shared")
+    async with copy_database(template_db, folder) as url:
+        yield settings_in(folder, url)
+
+
+@pytest.fixture(scope="module")
+async def shared_client(shared_settings: Settings, embedder: Embedder) -> AsyncIterator[AppClient]:
+    app = create_app(shared_settings, embedder=embedder)
+    async with serve_app(app) as http:
+        yield http
+
+
+@pytest.fixture(scope="module")
+def shared_rpc(shared_client: AppClient) -> Rpc:
+    return Rpc(shared_client)
+
+
+@pytest.fixture(scope="module")
+def shared_services(shared_client: AppClient) -> Any:
+    return shared_client.app.state.services
 
 
 @pytest.fixture
@@ -117,7 +142,14 @@ COSTLY_FIXTURES = {
     "chroma_server": "chroma",  # a Chroma server process
     "template_db": "postgres" if USE_PG else None,  # a database server
 }
-UNIT_FORBIDDEN = {"embedder", "chroma_server", "template_db", "client", "free_port"}
+UNIT_FORBIDDEN = {
+    "embedder",
+    "chroma_server",
+    "template_db",
+    "client",
+    "shared_client",
+    "free_port",
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

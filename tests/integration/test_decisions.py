@@ -32,7 +32,8 @@ from app.runtime import Runtime
 from app.search.embedder import Embedder
 from app.search.index import IndexUnavailable
 from app.services import build_services
-from support.app import AppClient, Rpc, serve_app
+from support.app import AppClient, Rpc, serve_app, settings_in
+from support.databases import copy_database
 from support.processes import ChromaServer
 from support.waiting import poll_until
 
@@ -209,7 +210,7 @@ async def test_seed_example_is_recorded_exported_and_findable_at_once(
 
 
 async def test_get_decision_returns_every_stored_field_camel_case(
-    rpc: Any, seed_decision: dict[str, Any]
+    shared_rpc: Any, seed_decision: dict[str, Any]
 ) -> None:
     project = {
         "project": "cstp",
@@ -219,8 +220,8 @@ async def test_get_decision_returns_every_stored_field_camel_case(
         "line": 7,
         "commit": "abc1234",
     }
-    result = await rpc.ok("cstp.recordDecision", {**seed_decision, **project})
-    answer = await rpc.ok("cstp.getDecision", {"id": result["id"]})
+    result = await shared_rpc.ok("cstp.recordDecision", {**seed_decision, **project})
+    answer = await shared_rpc.ok("cstp.getDecision", {"id": result["id"]})
     assert answer["found"] is True
     d = answer["decision"]
     assert all(CAMEL_RE.match(k) for k in d), [k for k in d if not CAMEL_RE.match(k)]
@@ -245,16 +246,16 @@ async def test_get_decision_returns_every_stored_field_camel_case(
         assert d[key] == value, key
     assert d["reviews"] == []
 
-    again = await rpc.ok("cstp.getDecision", {"decision_id": result["id"]})
+    again = await shared_rpc.ok("cstp.getDecision", {"decision_id": result["id"]})
     assert again == answer
 
 
-async def test_get_decision_errors(rpc: Any) -> None:
-    missing = await rpc.error("cstp.getDecision", {"id": "0000abcd"})
+async def test_get_decision_errors(shared_rpc: Any) -> None:
+    missing = await shared_rpc.error("cstp.getDecision", {"id": "0000abcd"})
     assert missing["code"] == -32007
     assert missing["data"]["id"] == "0000abcd"
     for params in ({"id": "xyz"}, {"id": 12345678}, {}, {"id": "0000abcd\n"}):
-        bad = await rpc.error("cstp.getDecision", params)
+        bad = await shared_rpc.error("cstp.getDecision", params)
         assert bad["code"] == -32602, params
         assert bad["data"]["field"] == "id", params
 
@@ -301,17 +302,29 @@ INVALID = [
 ]
 
 
+@pytest.fixture(scope="module")
+async def refused(
+    template_db: str, tmp_path_factory: pytest.TempPathFactory, embedder: Embedder
+) -> AsyncIterator[tuple[Rpc, AppClient, Settings]]:
+    """One app for the calls that must write nothing: its database, tree and outbox stay
+    empty for as long as each of them is refused (the first one that wrote would fail)."""
+    folder = tmp_path_factory.mktemp("refused")
+    async with copy_database(template_db, folder) as url:
+        settings = settings_in(folder, url)
+        async with app_client(settings, embedder) as (rpc, client):
+            yield rpc, client, settings
+
+
 @pytest.mark.parametrize(
     ("mutate", "field"), [(m, f) for _n, m, f in INVALID], ids=[n for n, _m, _f in INVALID]
 )
 async def test_invalid_params_name_the_field_and_write_nothing(
-    rpc: Any,
-    client: Any,
-    settings: Settings,
+    refused: tuple[Rpc, AppClient, Settings],
     seed_decision: dict[str, Any],
     mutate: Callable[[dict[str, Any]], dict[str, Any]],
     field: str,
 ) -> None:
+    rpc, client, settings = refused
     error = await rpc.error("cstp.recordDecision", mutate(seed_decision))
     assert error["code"] == -32602
     assert error["message"] == "Invalid params"
@@ -322,15 +335,15 @@ async def test_invalid_params_name_the_field_and_write_nothing(
     assert yaml_files(settings.decisions_dir) == {}
 
 
-async def test_zero_confidence_is_a_value(rpc: Any, settings: Settings) -> None:
-    result = await rpc.ok("cstp.recordDecision", simple("Keep the monolith", confidence=0.0))
-    got = (await rpc.ok("cstp.getDecision", {"id": result["id"]}))["decision"]
+async def test_zero_confidence_is_a_value(shared_rpc: Any, shared_settings: Settings) -> None:
+    result = await shared_rpc.ok("cstp.recordDecision", simple("Keep the monolith", confidence=0.0))
+    got = (await shared_rpc.ok("cstp.getDecision", {"id": result["id"]}))["decision"]
     assert got["confidence"] == 0.0 and isinstance(got["confidence"], float)
-    doc = yaml.safe_load(yaml_of(settings, result)[1])
+    doc = yaml.safe_load(yaml_of(shared_settings, result)[1])
     assert doc["confidence"] == 0.0 and isinstance(doc["confidence"], float)
     assert result["indexed"] is True
     for whole in (0, 1):  # JSON integers are numbers too
-        other = await rpc.ok(
+        other = await shared_rpc.ok(
             "cstp.recordDecision",
             simple(
                 "Whole confidence",
@@ -338,13 +351,13 @@ async def test_zero_confidence_is_a_value(rpc: Any, settings: Settings) -> None:
                 reasons=[{"type": "analysis", "text": "no strength"}],
             ),
         )
-        got = (await rpc.ok("cstp.getDecision", {"id": other["id"]}))["decision"]
+        got = (await shared_rpc.ok("cstp.getDecision", {"id": other["id"]}))["decision"]
         assert got["confidence"] == float(whole)
         assert got["reasons"] == [{"type": "analysis", "text": "no strength", "strength": 0.8}]
 
 
 async def test_unknown_params_are_ignored_and_null_means_absent(
-    rpc: Any, settings: Settings
+    shared_rpc: Any, shared_settings: Settings
 ) -> None:
     params = {
         **simple("Adopt trunk-based development"),
@@ -363,14 +376,14 @@ async def test_unknown_params_are_ignored_and_null_means_absent(
         "pr": None,
         "line": None,
     }
-    result = await rpc.ok("cstp.recordDecision", params)
-    d = (await rpc.ok("cstp.getDecision", {"id": result["id"]}))["decision"]
+    result = await shared_rpc.ok("cstp.recordDecision", params)
+    d = (await shared_rpc.ok("cstp.getDecision", {"id": result["id"]}))["decision"]
     assert d["stakes"] == "medium"  # the default, as if absent
     assert d["recordedBy"] == "alice"
     assert d["reasons"] == [] and d["tags"] == [] and d["kpiIndicators"] == []
     assert d["context"] is None and d["mentalState"] is None and d["reviewBy"] is None
     assert "bogus" not in d
-    doc = yaml.safe_load(yaml_of(settings, result)[1])
+    doc = yaml.safe_load(yaml_of(shared_settings, result)[1])
     assert list(doc) == [
         "id",
         "summary",
@@ -384,35 +397,35 @@ async def test_unknown_params_are_ignored_and_null_means_absent(
     ]
 
 
-async def test_project_context_fills_in_the_project_fields_only(rpc: Any) -> None:
+async def test_project_context_fills_in_the_project_fields_only(shared_rpc: Any) -> None:
     """SPEC section 2: project_context is "an object holding the project fields"; it is no
     back door for the other params."""
     base = {"decision": "Cache embeddings on disk", "category": "tooling"}
-    sneaked = await rpc.error(
+    sneaked = await shared_rpc.error(
         "cstp.recordDecision", dict(base, project_context={"confidence": 0.9, "project": "p1"})
     )
     assert sneaked["code"] == -32602 and sneaked["data"]["field"] == "confidence"
     for not_an_object in ("p1", ["p1"], 3):
-        error = await rpc.error(
+        error = await shared_rpc.error(
             "cstp.recordDecision", dict(base, confidence=0.9, project_context=not_an_object)
         )
         assert error["code"] == -32602, not_an_object
         assert error["data"]["field"] == "project_context", not_an_object
-    wrong = await rpc.error(
+    wrong = await shared_rpc.error(
         "cstp.recordDecision", dict(base, confidence=0.9, project_context={"pr": "abc"})
     )
     assert wrong["data"]["field"] == "project_context.pr"
-    both = await rpc.ok(
+    both = await shared_rpc.ok(
         "cstp.recordDecision",
         dict(
             base, confidence=0.9, project="top", project_context={"project": "ctx", "feature": "f"}
         ),
     )
-    stored = (await rpc.ok("cstp.getDecision", {"id": both["id"]}))["decision"]
+    stored = (await shared_rpc.ok("cstp.getDecision", {"id": both["id"]}))["decision"]
     assert stored["project"] == "top" and stored["feature"] == "f"
 
 
-async def test_snake_case_aliases(rpc: Any, settings: Settings) -> None:
+async def test_snake_case_aliases(shared_rpc: Any, shared_settings: Settings) -> None:
     params = {
         **simple("Cache embeddings on disk"),
         "kpi_indicators": ["latency"],
@@ -421,15 +434,15 @@ async def test_snake_case_aliases(rpc: Any, settings: Settings) -> None:
         "pre_decision": {"queryRun": True, "similarFound": 3},
         "project_context": {"project": "x", "pr": 3},
     }
-    result = await rpc.ok("cstp.recordDecision", params)
-    d = (await rpc.ok("cstp.getDecision", {"id": result["id"]}))["decision"]
+    result = await shared_rpc.ok("cstp.recordDecision", params)
+    d = (await shared_rpc.ok("cstp.getDecision", {"id": result["id"]}))["decision"]
     assert d["kpiIndicators"] == ["latency"]
     assert d["mentalState"] == "exploratory"
     assert d["reviewIn"] == "2w"
     assert parse_ts(d["reviewBy"]) == parse_ts(result["timestamp"]) + timedelta(days=14)
     assert d["preDecision"]["queryRun"] is True and d["preDecision"]["similarFound"] == 3
     assert d["project"] == "x" and d["pr"] == 3
-    doc = yaml.safe_load(yaml_of(settings, result)[1])
+    doc = yaml.safe_load(yaml_of(shared_settings, result)[1])
     assert doc["project"] == "x" and doc["pr"] == 3
     assert_section3_order(doc)
     assert doc["kpi_indicators"] == ["latency"] and doc["mental_state"] == "exploratory"
@@ -717,6 +730,9 @@ async def test_cancelling_a_drain_leaves_the_calls_it_waited_for_alone(
 # ---------------------------------------------------------------- 6. vector index outage
 
 
+# Slow: fault injection on a `chroma run` process (the fast loop's test_outbox_outage heals
+# on a fake clock).
+@pytest.mark.slow
 async def test_index_outage_is_healed_by_the_relay_without_help(
     settings: Settings, embedder: Embedder, chroma_server: ChromaServer
 ) -> None:
@@ -847,12 +863,17 @@ LISTED = [
 STAKES_RANK = {"low": 0, "medium": 1, "high": 2, "critical": 3}
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 async def listed(
-    settings: Settings, embedder: Embedder
+    template_db: str, tmp_path_factory: pytest.TempPathFactory, embedder: Embedder
 ) -> AsyncIterator[tuple[Rpc, list[dict[str, Any]]]]:
+    """The five decisions (one reviewed) that the list tests only read: one app for them."""
+    folder = tmp_path_factory.mktemp("listed")
     clock = Clock(DAY0)
-    async with app_client(settings, embedder, Runtime(now=clock)) as (rpc, _client):
+    async with (
+        copy_database(template_db, folder) as url,
+        app_client(settings_in(folder, url), embedder, Runtime(now=clock)) as (rpc, _client),
+    ):
         rows = []
         for n, (text, category, stakes, token, tags, confidence) in enumerate(LISTED):
             clock.value = DAY0 + timedelta(days=n)
@@ -1002,24 +1023,24 @@ async def test_list_pagination(listed: tuple[Rpc, list[dict[str, Any]]]) -> None
         ({"dateTo": "2026-13-45"}, "dateTo"),
     ],
 )
-async def test_list_rejects_bad_params(rpc: Any, params: dict[str, Any], field: str) -> None:
-    error = await rpc.error("cstp.listDecisions", params)
+async def test_list_rejects_bad_params(shared_rpc: Any, params: dict[str, Any], field: str) -> None:
+    error = await shared_rpc.error("cstp.listDecisions", params)
     assert error["code"] == -32602
     assert error["data"]["field"] == field
 
 
-async def test_list_limit_bounds_are_inclusive(rpc: Any) -> None:
+async def test_list_limit_bounds_are_inclusive(shared_rpc: Any) -> None:
     for limit in (1, 500):
-        assert (await rpc.ok("cstp.listDecisions", {"limit": limit}))["limit"] == limit
+        assert (await shared_rpc.ok("cstp.listDecisions", {"limit": limit}))["limit"] == limit
 
 
 async def test_snake_case_keys_inside_pre_decision_are_read(
-    rpc: Rpc, seed_decision: dict[str, Any]
+    shared_rpc: Rpc, seed_decision: dict[str, Any]
 ) -> None:
     params = {k: v for k, v in seed_decision.items() if k != "preDecision"}
     params["pre_decision"] = {"query_run": True, "similar_found": 3, "guardrails_passed": False}
-    recorded = await rpc.ok("cstp.recordDecision", params)
-    got = await rpc.ok("cstp.getDecision", {"id": recorded["id"]})
+    recorded = await shared_rpc.ok("cstp.recordDecision", params)
+    got = await shared_rpc.ok("cstp.getDecision", {"id": recorded["id"]})
     assert got["decision"]["preDecision"] == {
         "queryRun": True,
         "similarFound": 3,

@@ -23,8 +23,8 @@ from app.asgi import create_app
 from app.config import Settings
 from app.db.base import UtcDateTime
 from app.runtime import Runtime, iso
-from support.app import Rpc, serve_app
-from support.databases import run_sql
+from support.app import Rpc, serve_app, settings_in
+from support.databases import copy_database, run_sql
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "GUARDRAILS.md"
@@ -143,9 +143,9 @@ RULE_CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ids=[f"{c[0]}-{i}" for i, c in enumerate(RULE_CASES)],
 )
 async def test_each_default_rule_fires_and_clears(
-    rpc: Rpc, rule_id: str, firing: dict[str, Any], clearing: dict[str, Any]
+    shared_rpc: Rpc, rule_id: str, firing: dict[str, Any], clearing: dict[str, Any]
 ) -> None:
-    result = await check(rpc, firing)
+    result = await check(shared_rpc, firing)
     violations, warnings = fired(result)
     expected_block = {rule_id} if SEVERITY[rule_id] == "block" else set()
     expected_warn = {rule_id} if SEVERITY[rule_id] == "warn" else set()
@@ -158,14 +158,14 @@ async def test_each_default_rule_fires_and_clears(
     assert item["suggestion"] == rule["suggestion"]
     assert item["message"] and "{" not in item["message"]
 
-    cleared = await check(rpc, clearing)
+    cleared = await check(shared_rpc, clearing)
     assert cleared["violations"] == [] and cleared["warnings"] == [], cleared
     assert cleared["allowed"] is True
     assert cleared["evaluated"] == 5
 
 
-async def test_messages_show_the_request_facts(rpc: Rpc) -> None:
-    result = await check(rpc, action(stakes="critical", confidence=0.25, context=STAGED))
+async def test_messages_show_the_request_facts(shared_rpc: Rpc) -> None:
+    result = await check(shared_rpc, action(stakes="critical", confidence=0.25, context=STAGED))
     by_id = {i["guardrailId"]: i for i in result["violations"] + result["warnings"]}
     assert set(by_id) == {"no-high-stakes-low-confidence", "critical-needs-high-confidence"}
     assert "critical" in by_id["no-high-stakes-low-confidence"]["message"]
@@ -215,17 +215,17 @@ async def test_messages_show_the_request_facts(rpc: Rpc) -> None:
     ],
 )
 async def test_allowed_is_false_exactly_when_a_block_rule_fired(
-    rpc: Rpc, act: dict[str, Any], blocks: set[str], warns: set[str]
+    shared_rpc: Rpc, act: dict[str, Any], blocks: set[str], warns: set[str]
 ) -> None:
-    result = await check(rpc, act)
+    result = await check(shared_rpc, act)
     assert fired(result) == (blocks, warns), result
     assert result["allowed"] is (not blocks)
     assert result["evaluated"] == 5
 
 
-async def test_seed_f004_example(rpc: Rpc) -> None:
+async def test_seed_f004_example(shared_rpc: Rpc) -> None:
     result = await check(
-        rpc,
+        shared_rpc,
         {
             "description": "Deploy authentication service to production",
             "category": "architecture",
@@ -281,9 +281,9 @@ async def test_seed_f004_example(rpc: Rpc) -> None:
     ids=["stakes+confidence", "category-up", "category-down", "stakes-up", "confidence-up"],
 )
 async def test_core_fields_cannot_be_overridden_from_context(
-    rpc: Rpc, act: dict[str, Any], blocks: set[str], warns: set[str]
+    shared_rpc: Rpc, act: dict[str, Any], blocks: set[str], warns: set[str]
 ) -> None:
-    result = await check(rpc, act)
+    result = await check(shared_rpc, act)
     assert fired(result) == (blocks, warns), result
     assert result["allowed"] is (not blocks)
 
@@ -299,14 +299,16 @@ async def test_core_fields_cannot_be_overridden_from_context(
         ({"description": "x", "context": ["not", "an", "object"]}, "action.context"),
     ],
 )
-async def test_bad_action_is_invalid_params(rpc: Rpc, act: dict[str, Any], field: str) -> None:
-    error = await rpc.error("cstp.checkGuardrails", {"action": act})
+async def test_bad_action_is_invalid_params(
+    shared_rpc: Rpc, act: dict[str, Any], field: str
+) -> None:
+    error = await shared_rpc.error("cstp.checkGuardrails", {"action": act})
     assert error["code"] == -32602, error
     assert error["data"]["field"] == field, error
 
 
-async def test_missing_action_is_invalid_params(rpc: Rpc) -> None:
-    error = await rpc.error("cstp.checkGuardrails", {})
+async def test_missing_action_is_invalid_params(shared_rpc: Rpc) -> None:
+    error = await shared_rpc.error("cstp.checkGuardrails", {})
     assert error["code"] == -32602
     assert error["data"]["field"] == "action"
 
@@ -320,8 +322,8 @@ async def test_unknown_category_is_invalid_params(rpc: Rpc) -> None:
     assert await sql_count(rpc, "guardrail_evaluations") == 0  # nothing stored for a bad call
 
 
-async def test_unknown_category_names_the_nested_field(rpc: Rpc) -> None:
-    error = await rpc.error(
+async def test_unknown_category_names_the_nested_field(shared_rpc: Rpc) -> None:
+    error = await shared_rpc.error(
         "cstp.checkGuardrails", {"action": {"description": "x", "category": "marketing"}}
     )
     assert error["code"] == -32602
@@ -347,19 +349,28 @@ guardrails:
 """
 
 
-@pytest.fixture
-def rules_dir(tmp_path: Path) -> Path:
-    directory = tmp_path / "operator-rules"
+def write_rules(folder: Path) -> Path:
+    directory = folder / "operator-rules"
     directory.mkdir()
     (directory / "payments.yaml").write_text(PAYMENTS_RULES, encoding="utf-8")
     return directory
 
 
 @pytest.fixture
-async def ops_rpc(settings: Settings, embedder: Any, rules_dir: Path) -> AsyncIterator[Rpc]:
-    app = create_app(replace(settings, guardrails_dir=rules_dir), embedder=embedder)
-    async with serve_app(app) as client:
-        yield Rpc(client)
+def rules_dir(tmp_path: Path) -> Path:
+    return write_rules(tmp_path)
+
+
+@pytest.fixture(scope="module")
+async def ops_rpc(
+    template_db: str, tmp_path_factory: pytest.TempPathFactory, embedder: Any
+) -> AsyncIterator[Rpc]:
+    """One app with the operator rules for the module: its tests count nothing stored."""
+    folder = tmp_path_factory.mktemp("operator-rules-app")
+    async with copy_database(template_db, folder) as url:
+        settings = replace(settings_in(folder, url), guardrails_dir=write_rules(folder))
+        async with serve_app(create_app(settings, embedder=embedder)) as client:
+            yield Rpc(client)
 
 
 @pytest.mark.parametrize(
@@ -403,8 +414,8 @@ async def test_scoped_operator_rule_clears_with_its_requirement(ops_rpc: Rpc) ->
     assert low["allowed"] is True and low["evaluated"] == 6
 
 
-async def test_operator_rules_do_not_exist_without_the_dir(rpc: Rpc) -> None:
-    result = await check(rpc, action(project="payments"))
+async def test_operator_rules_do_not_exist_without_the_dir(shared_rpc: Rpc) -> None:
+    result = await check(shared_rpc, action(project="payments"))
     assert result["evaluated"] == 5 and result["allowed"] is True
 
 
@@ -431,14 +442,14 @@ def _check_listed_rule(item: dict[str, Any], rule: dict[str, Any]) -> None:
     assert item.get("suggestion") == rule.get("suggestion")
 
 
-async def test_list_guardrails_shipped_rules(rpc: Rpc) -> None:
-    listed = await rpc.ok("cstp.listGuardrails")
+async def test_list_guardrails_shipped_rules(shared_rpc: Rpc) -> None:
+    listed = await shared_rpc.ok("cstp.listGuardrails")
     assert [g["id"] for g in listed["guardrails"]] == DEFAULT_IDS
     assert listed["count"] == 5
     assert listed["agent"] == "alice"
     for item, rule in zip(listed["guardrails"], DEFAULT_RULES, strict=True):
         _check_listed_rule(item, rule)
-    scoped = await rpc.ok("cstp.listGuardrails", {"scope": "payments"}, token="token-bob")
+    scoped = await shared_rpc.ok("cstp.listGuardrails", {"scope": "payments"}, token="token-bob")
     assert [g["id"] for g in scoped["guardrails"]] == DEFAULT_IDS
     assert scoped["agent"] == "bob"
 

@@ -68,14 +68,14 @@ async def calls(rpc: Rpc, value: dict[str, Any]) -> list[tuple[str, str, Any]]:
 
 @pytest.mark.parametrize(("value", "problem"), TOO_MUCH)
 async def test_a_free_form_object_past_its_limits_is_32602_naming_the_field(
-    rpc: Rpc, value: dict[str, Any], problem: str
+    shared_rpc: Rpc, value: dict[str, Any], problem: str
 ) -> None:
-    for method, field, answer in await calls(rpc, value):
+    for method, field, answer in await calls(shared_rpc, value):
         error = answer.get("error")
         assert error is not None and error["code"] == -32602, (method, answer)
         assert error["data"]["field"].startswith(field), (method, error)
         assert error["data"]["error"] == problem, (method, error)
-    decisions = (await rpc.ok("cstp.listDecisions"))["decisions"]
+    decisions = (await shared_rpc.ok("cstp.listDecisions"))["decisions"]
     assert all(d["status"] == "pending" for d in decisions)  # no review went in
 
 
@@ -90,6 +90,6 @@ async def test_a_free_form_object_at_its_limits_is_taken_and_exported(rpc: Rpc) 
     assert got["decision"]["affectedKpis"] == at_limits
 
 
-async def test_the_deep_path_is_named_inside_the_field(rpc: Rpc) -> None:
-    error = await rpc.error("cstp.announceIntent", {"intent": "x", "metadata": nested(12)})
+async def test_the_deep_path_is_named_inside_the_field(shared_rpc: Rpc) -> None:
+    error = await shared_rpc.error("cstp.announceIntent", {"intent": "x", "metadata": nested(12)})
     assert error["data"]["field"] == "metadata" + ".a" * FREE_FORM_MAX_DEPTH

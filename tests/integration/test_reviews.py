@@ -58,6 +58,16 @@ async def app(settings: Settings, embedder: Any) -> AsyncIterator[App]:
         yield App(Rpc(client), clock, settings)
 
 
+@pytest.fixture(scope="module")
+async def shared_app(shared_settings: Settings, embedder: Any) -> AsyncIterator[App]:
+    """One app for the module's tests that review only the decision they recorded themselves
+    and never move the clock."""
+    clock = Clock(T0)
+    litestar_app = create_app(shared_settings, runtime=Runtime(now=clock), embedder=embedder)
+    async with serve_app(litestar_app) as client:
+        yield App(Rpc(client), clock, shared_settings)
+
+
 async def sql(settings: Settings, statement: str, **params: Any) -> list[dict[str, Any]]:
     """Run one statement on the test database in its own connection (what an auditor does)."""
     return await run_sql(settings.database_url, statement, **params)
@@ -122,11 +132,13 @@ async def test_review_result_and_reviewer(app: App) -> None:
 
 
 @pytest.mark.parametrize("outcome", ["success", "partial", "failure", "abandoned"])
-async def test_every_outcome_is_accepted(app: App, outcome: str) -> None:
-    recorded = await record(app)
-    result = await app.rpc.ok("cstp.reviewDecision", {"id": recorded["id"], "outcome": outcome})
+async def test_every_outcome_is_accepted(shared_app: App, outcome: str) -> None:
+    recorded = await record(shared_app)
+    result = await shared_app.rpc.ok(
+        "cstp.reviewDecision", {"id": recorded["id"], "outcome": outcome}
+    )
     assert result["status"] == "reviewed" and result["reindexed"] is True
-    decision = (await app.rpc.ok("cstp.getDecision", {"id": recorded["id"]}))["decision"]
+    decision = (await shared_app.rpc.ok("cstp.getDecision", {"id": recorded["id"]}))["decision"]
     assert decision["outcome"] == outcome
 
 
@@ -141,19 +153,21 @@ async def test_unknown_id_is_decision_not_found(app: App) -> None:
 @pytest.mark.parametrize(
     "bad_id", ["xyz", "DEADBEEF", "dec-123", "1234567", "123456789", "deadbeeg", "", 12345678, None]
 )
-async def test_malformed_id_is_invalid_params(app: App, bad_id: Any) -> None:
-    error = await app.rpc.error("cstp.reviewDecision", {"id": bad_id, "outcome": "success"})
+async def test_malformed_id_is_invalid_params(shared_app: App, bad_id: Any) -> None:
+    error = await shared_app.rpc.error("cstp.reviewDecision", {"id": bad_id, "outcome": "success"})
     assert error["code"] == -32602, error
     assert error["data"]["field"] == "id", error
 
 
 @pytest.mark.parametrize("outcome", ["great", "SUCCESS", "", 1, None, ["success"]])
-async def test_bad_outcome_is_invalid_params(app: App, outcome: Any) -> None:
-    recorded = await record(app)
-    error = await app.rpc.error("cstp.reviewDecision", {"id": recorded["id"], "outcome": outcome})
+async def test_bad_outcome_is_invalid_params(shared_app: App, outcome: Any) -> None:
+    recorded = await record(shared_app)
+    error = await shared_app.rpc.error(
+        "cstp.reviewDecision", {"id": recorded["id"], "outcome": outcome}
+    )
     assert error["code"] == -32602, error
     assert error["data"]["field"] == "outcome", error
-    decision = (await app.rpc.ok("cstp.getDecision", {"id": recorded["id"]}))["decision"]
+    decision = (await shared_app.rpc.ok("cstp.getDecision", {"id": recorded["id"]}))["decision"]
     assert decision["status"] == "pending" and decision["outcome"] is None
 
 
@@ -166,10 +180,10 @@ async def test_bad_outcome_is_invalid_params(app: App, outcome: Any) -> None:
     ],
 )
 async def test_bad_optional_fields_are_invalid_params(
-    app: App, params: dict[str, Any], field: str
+    shared_app: App, params: dict[str, Any], field: str
 ) -> None:
-    recorded = await record(app)
-    error = await app.rpc.error(
+    recorded = await record(shared_app)
+    error = await shared_app.rpc.error(
         "cstp.reviewDecision", {"id": recorded["id"], "outcome": "success", **params}
     )
     assert error["code"] == -32602

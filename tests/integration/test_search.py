@@ -452,8 +452,8 @@ async def test_paraphrase_finds_the_decision_first(rpc: Rpc) -> None:
 
 
 @pytest.mark.parametrize("limit", [0, 51, -1, "10", 2.5, True])
-async def test_limit_out_of_range(rpc: Rpc, limit: int) -> None:
-    error = await rpc.error("cstp.queryDecisions", {"query": "anything", "limit": limit})
+async def test_limit_out_of_range(shared_rpc: Rpc, limit: int) -> None:
+    error = await shared_rpc.error("cstp.queryDecisions", {"query": "anything", "limit": limit})
     assert error["code"] == -32602
     assert error["data"]["field"] == "limit"
 
@@ -467,8 +467,8 @@ async def test_limit_bounds_are_accepted(rpc: Rpc, limit: int) -> None:
 @pytest.mark.parametrize(
     "params", [{"query": ""}, {"query": "   \n\t"}, {}, {"query": None}, {"query": 42}]
 )
-async def test_blank_or_missing_query(rpc: Rpc, params: dict[str, Any]) -> None:
-    error = await rpc.error("cstp.queryDecisions", params)
+async def test_blank_or_missing_query(shared_rpc: Rpc, params: dict[str, Any]) -> None:
+    error = await shared_rpc.error("cstp.queryDecisions", params)
     assert error["code"] == -32602
     assert error["data"]["field"] == "query"
 
@@ -489,8 +489,8 @@ async def test_blank_or_missing_query(rpc: Rpc, params: dict[str, Any]) -> None:
         ("security", "filters"),
     ],
 )
-async def test_bad_filter_names_the_field(rpc: Rpc, filters: Any, field: str) -> None:
-    error = await rpc.error("cstp.queryDecisions", {"query": "anything", "filters": filters})
+async def test_bad_filter_names_the_field(shared_rpc: Rpc, filters: Any, field: str) -> None:
+    error = await shared_rpc.error("cstp.queryDecisions", {"query": "anything", "filters": filters})
     assert error["code"] == -32602, error
     assert error["data"]["field"].startswith(field), error
 

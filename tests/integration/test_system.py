@@ -30,23 +30,23 @@ BODY = {"jsonrpc": "2.0", "method": "cstp.listDecisions", "id": 1}
     ],
 )
 async def test_bad_or_missing_token_is_401_before_the_body(
-    client: Any, headers: dict[str, str]
+    shared_client: Any, headers: dict[str, str]
 ) -> None:
-    response = await client.post("/cstp", content=b"not even json", headers=headers)
+    response = await shared_client.post("/cstp", content=b"not even json", headers=headers)
     assert response.status_code == 401
     assert response.headers["www-authenticate"].startswith("Bearer")
     assert response.json()["error"] == "unauthorized"
 
 
-async def test_each_token_maps_to_its_agent(rpc: Any, seed_decision: dict[str, Any]) -> None:
+async def test_each_token_maps_to_its_agent(shared_rpc: Any, seed_decision: dict[str, Any]) -> None:
     seed_decision["agent"] = {"id": "mallory"}  # informational, never trusted
-    first = await rpc.ok("cstp.recordDecision", seed_decision, token="token-bob")
-    found = await rpc.ok("cstp.getDecision", {"id": first["id"]})
+    first = await shared_rpc.ok("cstp.recordDecision", seed_decision, token="token-bob")
+    found = await shared_rpc.ok("cstp.getDecision", {"id": first["id"]})
     assert found["decision"]["recordedBy"] == "bob"
 
 
-async def test_health(client: Any) -> None:
-    response = await client.get("/health")
+async def test_health(shared_client: Any) -> None:
+    response = await shared_client.get("/health")
     assert response.status_code == 200
     body = response.json()
     assert body["status"] == "healthy" and body["version"] and body["uptimeSeconds"] >= 0
@@ -163,10 +163,10 @@ async def test_ready_names_a_schema_behind_head(settings: Settings, embedder: An
     assert response.json()["checks"]["schema"] == f"at 0001, expected {migrate.head_revision()}"
 
 
-async def test_agent_card_lists_every_registered_method(client: Any) -> None:
-    card = (await client.get("/.well-known/agent.json")).json()
+async def test_agent_card_lists_every_registered_method(shared_client: Any) -> None:
+    card = (await shared_client.get("/.well-known/agent.json")).json()
     methods = card["capabilities"]["cstp"]["methods"]
-    assert methods == client.app.state.registry.names()
+    assert methods == shared_client.app.state.registry.names()
     for name in ("cstp.recordDecision", "cstp.getDecision", "cstp.listDecisions"):
         assert name in methods
     assert card["authentication"]["schemes"] == ["bearer"]

@@ -7,12 +7,28 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 from litestar import Litestar
 
+from app.config import Settings, parse_rate_limits
+
 TOKENS = {"token-alice": "alice", "token-bob": "bob"}
+
+
+def settings_in(folder: Path, database_url: str) -> Settings:
+    """The tests' settings: data and decision files under ``folder``, the test tokens, a
+    budget no test reaches, a quick relay loop."""
+    return Settings(
+        data_dir=folder / "data",
+        database_url=database_url,
+        decisions_dir=folder / "decisions",
+        auth_tokens=TOKENS,
+        rate_limits=parse_rate_limits("default=100000/1"),
+        outbox_poll_seconds=0.2,
+    )
 
 
 class AppClient(httpx.AsyncClient):
