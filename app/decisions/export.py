@@ -16,7 +16,7 @@ import contextlib
 import os
 import tempfile
 import threading
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -105,9 +105,12 @@ def _review_time(content: bytes) -> datetime | None:
     try:
         fields = yaml.load(content, Loader=_SafeLoader)  # the safe loader
         value = fields.get("reviewed_at") if isinstance(fields, dict) else None
-        return datetime.fromisoformat(value) if isinstance(value, str) else None
+        stored = datetime.fromisoformat(value) if isinstance(value, str) else value
     except (yaml.YAMLError, ValueError, TypeError):
         return None
+    if not isinstance(stored, datetime):
+        return None
+    return stored if stored.tzinfo is not None else stored.replace(tzinfo=UTC)  # as the rows
 
 
 def write_decision(root: Path, decision: Decision, content: bytes) -> bool:

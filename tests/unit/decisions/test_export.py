@@ -73,7 +73,23 @@ def test_a_file_from_a_newer_review_is_not_replaced_by_an_older_row(tmp_path: Pa
 def test_a_file_that_is_not_a_decision_any_more_is_replaced(tmp_path: Path) -> None:
     row = reviewed(datetime(2026, 12, 31, tzinfo=UTC), "success")
     path = export_decision(tmp_path, row)
-    for garbage in (b"reviewed_at: [unclosed\n", b"- a list\n", b"reviewed_at: yesterday\n"):
+    for garbage in (
+        b"reviewed_at: [unclosed\n",
+        b"- a list\n",
+        b"reviewed_at: yesterday\n",
+        b"reviewed_at: 2026-12-01\n",  # a date, not a time
+    ):
         path.write_bytes(garbage)
         assert write_decision(tmp_path, row, render(row)) is True
         assert path.read_bytes() == render(row)
+
+
+def test_a_hand_written_review_time_without_a_zone_is_taken_as_utc(tmp_path: Path) -> None:
+    row = reviewed(datetime(2026, 12, 31, 12, 0, tzinfo=UTC), "success")
+    path = export_decision(tmp_path, row)
+    for later in (b"reviewed_at: '2027-01-01T00:00:00'\n", b"reviewed_at: 2027-01-01 00:00:00\n"):
+        path.write_bytes(later)  # naive, quoted and as a YAML timestamp: later than the row's
+        assert write_decision(tmp_path, row, render(row)) is False
+        assert path.read_bytes() == later
+    path.write_bytes(b"reviewed_at: '2026-12-31T11:00:00'\n")  # earlier than the row's
+    assert write_decision(tmp_path, row, render(row)) is True
