@@ -286,8 +286,12 @@ class Relay:
                 raise
             except Exception:
                 log.exception("outbox pass failed")
+            # asyncio.timeout, not wait_for: on Python 3.11, wait_for swallows a cancellation
+            # that comes in the same turn as a poke (it returns the finished wait), and a
+            # shutdown would then wait for this loop for ever.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wakeup.wait(), self.settings.outbox_poll_seconds)
+                async with asyncio.timeout(self.settings.outbox_poll_seconds):
+                    await self.wakeup.wait()
             self.wakeup.clear()
 
     async def _claim(self, limit: int, *, leased_until: datetime | None) -> list[Event]:
