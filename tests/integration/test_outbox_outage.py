@@ -33,6 +33,9 @@ from support.app import Rpc, serve_app
 from support.processes import ChromaServer
 from support.waiting import poll_until
 
+# The commands these tests run in this process use the session's model (conftest).
+pytestmark = pytest.mark.usefixtures("commands_share_the_model")
+
 CAP = timedelta(seconds=30)  # the documented cap of the outbox's backoff
 # Distinct in meaning, so that a search for one finds that one first.
 TEXTS = (
@@ -355,3 +358,29 @@ async def test_a_full_disk_is_retried_and_never_counted(
         stats = await services.relay.run_due()
         assert (stats.done, stats.failed) == (1, 0), stats
         assert (settings.decisions_dir / answer["path"].removeprefix("decisions/")).is_file()
+
+
+async def test_the_relay_loop_stops_when_cancelled_just_as_it_is_poked(
+    settings: Settings, embedder: Embedder
+) -> None:
+    """A server shutting down cancels the relay's loop; a poke (a dependency back, or
+    ``cstp outbox retry``) in the same turn of the event loop must not swallow that
+    cancellation, or the shutdown waits for the loop for ever (seen as a hung test: the
+    relay went on polling with its cancellation lost)."""
+    services = create_app(settings, embedder=embedder).state.services
+    relay = services.relay
+    task = asyncio.create_task(relay.loop())
+    try:
+
+        async def waiting() -> tuple[bool, Any]:  # between passes, waiting to be poked
+            return bool(relay.wakeup._waiters), task
+
+        await poll_until(waiting, 10, "the relay loop waits for a poke")
+        relay.wakeup.set()
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=5)
+        assert done == {task}, "the relay loop went on after it was cancelled"
+        assert task.cancelled()
+    finally:
+        task.cancel()
+        await services.close()
