@@ -25,6 +25,15 @@ def embedder() -> Embedder:
     return load_default_embedder()
 
 
+@pytest.fixture
+def commands_share_the_model(monkeypatch: pytest.MonkeyPatch, embedder: Embedder) -> None:
+    """A ``cstp`` command run in this process (click's CliRunner) builds its services with
+    the session's embedding model instead of loading a copy of its own: the same packaged
+    model, loaded the same way, and the load was half a second of every command. (Loading
+    it is tested in test_embedder, and by the commands run as processes.)"""
+    monkeypatch.setattr("app.services.load_default_embedder", lambda: embedder)
+
+
 @pytest.fixture(scope="session")
 async def template_db(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
     """A migrated database that each test copies: a SQLite file, or a Postgres template."""

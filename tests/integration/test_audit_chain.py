@@ -42,6 +42,9 @@ from support.app import TOKENS, Rpc, serve_app
 from support.databases import USE_PG, copy_database, run_sql
 from support.processes import wait_until_up
 
+# The commands these tests run in this process use the session's model (conftest).
+pytestmark = pytest.mark.usefixtures("commands_share_the_model")
+
 ROOT = Path(__file__).resolve().parents[2]
 CSTP = Path(sys.executable).with_name("cstp")
 KEY = "audit-key-for-the-tests-0123456789"
@@ -567,14 +570,23 @@ async def test_the_migration_chains_existing_rows_in_their_order_of_creation(
     )
     # in order of creation: each entry's row is no newer than the next one's
     times = []
-    for r in after:
-        audited = canonical.AUDITED[r["table_name"]]
-        (row,) = await run_sql(
-            chain,
-            f"SELECT {audited.time} AS t FROM {r['table_name']} WHERE {audited.key} = :k",
-            k=int(r["row_id"]) if r["table_name"] == "decision_reviews" else r["row_id"],
-        )
-        times.append(_as_text(row["t"]))
+    async with connection(chain) as conn:  # one connection for the few hundred reads
+        for r in after:
+            audited = canonical.AUDITED[r["table_name"]]
+            (row,) = (
+                await conn.execute(
+                    text(
+                        f"SELECT {audited.time} AS t FROM {r['table_name']} "
+                        f"WHERE {audited.key} = :k"
+                    ),
+                    {
+                        "k": int(r["row_id"])
+                        if r["table_name"] == "decision_reviews"
+                        else r["row_id"]
+                    },
+                )
+            ).mappings()
+            times.append(_as_text(row["t"]))
     assert times == sorted(times)
     # rows stored before the rule sets were kept cannot be replayed
     result = await cstp(chain, "guardrails", "replay", golden.late_checks[0])

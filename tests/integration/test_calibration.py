@@ -307,7 +307,7 @@ async def test_group_by_confidence_bucket(rpc: Any, services: Any) -> None:
     assert low["interpretation"] == "insufficient_data"
 
 
-async def test_invalid_params_name_the_field(rpc: Any) -> None:
+async def test_invalid_params_name_the_field(shared_rpc: Any) -> None:
     cases: list[tuple[dict[str, Any], str]] = [
         ({"groupBy": "colour"}, "groupBy"),
         ({"filters": {"minDecisions": 0}}, "filters.minDecisions"),
@@ -323,10 +323,10 @@ async def test_invalid_params_name_the_field(rpc: Any) -> None:
         ({"filters": "everything"}, "filters"),
     ]
     for params, field in cases:
-        error = await rpc.error(METHOD, params)
+        error = await shared_rpc.error(METHOD, params)
         assert error["code"] == -32602, (params, error)
         assert error["data"]["field"] == field, (params, error)
-    colour = await rpc.error(METHOD, {"groupBy": "colour"})
+    colour = await shared_rpc.error(METHOD, {"groupBy": "colour"})
     assert "confidenceBucket" in colour["data"]["error"]
 
 

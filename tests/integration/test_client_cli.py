@@ -21,9 +21,11 @@ import pytest
 from click.testing import CliRunner, Result
 
 from app.cli import main
-from app.client.options import parse_pairs
-from app.client.transport import endpoint, rpc_error_line
 from support.processes import wait_until_up
+
+# Slow: a `cstp serve` process for the module (its pure helpers are tested in
+# tests/unit/test_client_helpers.py).
+pytestmark = pytest.mark.slow
 
 PG_URL = os.environ.get("CSTP_TEST_DATABASE_URL", "")
 USE_PG = PG_URL.startswith("postgresql")
@@ -473,29 +475,3 @@ def test_usage_errors_before_any_request(cli: Any) -> None:
     assert result.exit_code == 2 and "key=value" in result.output
     result = cli("record", "x", "--category", "process")  # --confidence is required
     assert result.exit_code == 2 and "--confidence" in result.output
-
-
-# ------------------------------------------------------------------------- helpers
-
-
-def test_helpers() -> None:
-    assert endpoint("http://h:1") == endpoint("http://h:1/cstp/") == "http://h:1/cstp"
-    assert endpoint("h:1") == "http://h:1/cstp"
-    assert parse_pairs(["a=true", "b=3", "c=0.5", "d=x y", "e=", "f=[1]"], "--x") == {
-        "a": True,
-        "b": 3,
-        "c": 0.5,
-        "d": "x y",
-        "e": "",
-        "f": [1],
-    }
-    assert rpc_error_line(
-        {
-            "code": -32602,
-            "message": "Invalid params",
-            "data": {"errors": [{"field": "a", "error": "bad"}, {"field": "b", "error": "worse"}]},
-        }
-    ) == ("error -32602 Invalid params: a bad; b worse")
-    assert rpc_error_line(
-        {"code": -32002, "message": "Rate limited", "data": {"retryAfterMs": 1500}}
-    ) == ("error -32002 Rate limited: retry in 1.5 s")

@@ -660,6 +660,9 @@ async def test_fifty_concurrent_records(
     assert {s for _k, _d, s in await outbox_rows(client)} == {"done"}
 
 
+# Slow: a load of 30 announcements and 30 linked records at once (the fast loop keeps the
+# fifty concurrent records above).
+@pytest.mark.slow
 async def test_more_concurrent_linked_records_than_database_connections(
     rpc: Any, services: Any
 ) -> None:

@@ -23,11 +23,6 @@ from app.search.embedder import (
 DEPLOY = "Deploy auth service to production"
 
 
-@pytest.fixture(scope="module")
-def embedder() -> Embedder:
-    return load_default_embedder()
-
-
 def distance(embedder: Embedder, a: str, b: str) -> float:
     va, vb = embedder.embed([a, b])
     return 1.0 - sum(x * y for x, y in zip(va, vb, strict=True))

@@ -9,6 +9,7 @@ take each path.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -41,6 +42,15 @@ async def record_all(rpc: Rpc) -> dict[str, str]:
         )
         far[answer["id"]] = text
     return far
+
+
+@pytest.fixture(scope="module")
+async def corpus(
+    shared_rpc: Rpc, shared_services: Any
+) -> AsyncIterator[tuple[Rpc, Any, dict[str, str]]]:
+    """The module's one app with the corpus recorded once: the tests only search it (each
+    with its own widths and spy, undone after it)."""
+    yield shared_rpc, shared_services, await record_all(shared_rpc)
 
 
 class Spy:
@@ -79,15 +89,14 @@ async def exact_nearest(services: Any, ids: list[str]) -> list[str]:
     ],
 )
 async def test_a_filtered_search_finds_the_exact_nearest_matches_by_each_path(
-    rpc: Rpc,
-    services: Any,
+    corpus: tuple[Rpc, Any, dict[str, str]],
     monkeypatch: pytest.MonkeyPatch,
     mode: str,
     widen: int,
     exact_at_most: int,
     path: str,
 ) -> None:
-    far = await record_all(rpc)
+    rpc, services, far = corpus
     expected = await exact_nearest(services, list(far))
     monkeypatch.setattr(search, "PROBE", 1)
     monkeypatch.setattr(search, "WIDEN", widen)
@@ -112,9 +121,9 @@ async def test_a_filtered_search_finds_the_exact_nearest_matches_by_each_path(
 
 
 async def test_a_filter_nobody_matches_answers_nothing_without_the_filtered_query(
-    rpc: Rpc, services: Any, monkeypatch: pytest.MonkeyPatch
+    corpus: tuple[Rpc, Any, dict[str, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    await record_all(rpc)
+    rpc, services, _far = corpus
     monkeypatch.setattr(search, "PROBE", 1)
     monkeypatch.setattr(search, "WIDEN", 2)
     spy = Spy(services.index, monkeypatch)

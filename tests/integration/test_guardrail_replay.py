@@ -23,6 +23,9 @@ from app.search.embedder import Embedder
 from support.app import Rpc, serve_app
 from support.databases import run_sql
 
+# The commands these tests run in this process use the session's model (conftest).
+pytestmark = pytest.mark.usefixtures("commands_share_the_model")
+
 DOC = Path(__file__).resolve().parents[2] / "docs" / "GUARDRAILS.md"
 PCI_BLOCKS = """
 guardrails:

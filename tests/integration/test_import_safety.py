@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -43,6 +44,7 @@ def env(settings: Settings, max_body: int | None = None) -> dict[str, str]:
     return out
 
 
+@pytest.mark.usefixtures("commands_share_the_model")
 def test_a_hostile_tree_is_listed_file_by_file_and_the_rest_imported(
     settings: Settings, tmp_path: Path
 ) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from app.search.embedder import load_default_embedder
+from app.search.embedder import Embedder
 from app.search.filters import SearchFilters, matches, tag_metadata, to_where
 from app.search.index import IndexEntry, VectorIndex, clean_metadata
 
@@ -90,10 +90,10 @@ def expected(f: SearchFilters) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-async def index(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[VectorIndex]:
-    idx = VectorIndex.embedded(
-        tmp_path_factory.mktemp("filters") / "chroma", load_default_embedder()
-    )
+async def index(
+    tmp_path_factory: pytest.TempPathFactory, embedder: Embedder
+) -> AsyncIterator[VectorIndex]:
+    idx = VectorIndex.embedded(tmp_path_factory.mktemp("filters") / "chroma", embedder)
     await idx.upsert(
         [IndexEntry(i, f"{md['title']} about {md['category']}", md) for i, md in METADATA.items()]
     )

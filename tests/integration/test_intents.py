@@ -79,6 +79,15 @@ async def db(database_url: str) -> AsyncIterator[AsyncEngine]:
     await engine.dispose()
 
 
+@pytest.fixture(scope="module")
+async def shared_db(shared_settings: Settings) -> AsyncIterator[AsyncEngine]:
+    """``db`` on the module's shared database (``shared_rpc``'s): its tests read only the rows
+    of their own correlation ids."""
+    engine = create_async_engine(shared_settings.database_url)
+    yield engine
+    await engine.dispose()
+
+
 async def rows(db: AsyncEngine, model: Any, *where: Any, order_by: Any = None) -> list[Any]:
     async with AsyncSession(db) as session:
         query = select(model).where(*where)
@@ -308,20 +317,20 @@ async def test_similar_decisions_are_the_query_decisions_search(rpc: Rpc) -> Non
 
 
 async def test_guardrails_see_metadata_but_metadata_cannot_override_core_fields(
-    rpc: Rpc,
+    shared_rpc: Rpc,
 ) -> None:
     base = {"intent": "Switch the production load balancer", "category": "integration"}
-    blocked = await rpc.ok(ANNOUNCE, {**base, "metadata": {"affects_production": True}})
+    blocked = await shared_rpc.ok(ANNOUNCE, {**base, "metadata": {"affects_production": True}})
     assert blocked["guardrailStatus"]["allowed"] is False
     assert [v["guardrailId"] for v in blocked["guardrailStatus"]["violations"]] == [
         "production-needs-code-review"
     ]
-    allowed = await rpc.ok(
+    allowed = await shared_rpc.ok(
         ANNOUNCE, {**base, "metadata": {"affects_production": True, "code_review": True}}
     )
     assert allowed["guardrailStatus"]["allowed"] is True
     # stakes/confidence from the params win over metadata keys of the same name
-    core = await rpc.ok(
+    core = await shared_rpc.ok(
         ANNOUNCE,
         {
             **base,
@@ -336,9 +345,9 @@ async def test_guardrails_see_metadata_but_metadata_cannot_override_core_fields(
     ]
 
 
-async def test_missing_or_blank_intent_is_32602_naming_intent(rpc: Rpc) -> None:
+async def test_missing_or_blank_intent_is_32602_naming_intent(shared_rpc: Rpc) -> None:
     for params in ({}, {"intent": "   "}, {"intent": None}, {"intent": 5}):
-        error = await rpc.error(ANNOUNCE, params)
+        error = await shared_rpc.error(ANNOUNCE, params)
         assert error["code"] == -32602 and error["data"]["field"] == "intent", params
 
 
@@ -359,16 +368,16 @@ async def test_correlation_id_is_generated_when_absent(rpc: Rpc, db: AsyncEngine
     )
 
 
-async def test_invalid_correlation_id_is_32602_naming_the_field(rpc: Rpc) -> None:
+async def test_invalid_correlation_id_is_32602_naming_the_field(shared_rpc: Rpc) -> None:
     for bad in ("has space", "x" * 129, "", "semi;colon", "ünïcode", 42, "c-1\n"):
-        error = await rpc.error(ANNOUNCE, {"intent": "Add a cache", "correlationId": bad})
+        error = await shared_rpc.error(ANNOUNCE, {"intent": "Add a cache", "correlationId": bad})
         assert error["code"] == -32602, bad
         assert error["data"]["field"] == "correlationId", bad
 
 
-async def test_longest_and_all_allowed_characters_are_accepted(rpc: Rpc) -> None:
+async def test_longest_and_all_allowed_characters_are_accepted(shared_rpc: Rpc) -> None:
     for cid in ("a" * 128, "Az09._:-", "x"):
-        result = await rpc.ok(ANNOUNCE, {"intent": "Add a cache", "correlationId": cid})
+        result = await shared_rpc.ok(ANNOUNCE, {"intent": "Add a cache", "correlationId": cid})
         assert result["correlationId"] == cid
 
 
@@ -397,18 +406,20 @@ async def test_safe_retry_returns_the_identical_response_and_one_row(
     assert len(evaluations) == 1  # a retry is answered from the stored response
 
 
-async def test_concurrent_retries_get_one_answer_and_one_row(rpc: Rpc, db: AsyncEngine) -> None:
-    await record(rpc, decision(DEPLOYED))
+async def test_concurrent_retries_get_one_answer_and_one_row(
+    shared_rpc: Rpc, shared_db: AsyncEngine
+) -> None:
+    await record(shared_rpc, decision(DEPLOYED))
     body = {
         "jsonrpc": "2.0",
         "method": ANNOUNCE,
         "id": 1,
         "params": dict(SEED_PARAMS, correlationId="race-1"),
     }
-    answers = await asyncio.gather(*(rpc.raw(body) for _ in range(6)))  # really overlapping
+    answers = await asyncio.gather(*(shared_rpc.raw(body) for _ in range(6)))  # really overlapping
     assert all("result" in a.json() for a in answers), [a.content for a in answers]
     assert len({a.content for a in answers}) == 1
-    stored = await rows(db, Intent, Intent.correlation_id == "race-1")
+    stored = await rows(shared_db, Intent, Intent.correlation_id == "race-1")
     assert [i.outcome for i in stored] == ["ok"]
 
 
@@ -443,34 +454,38 @@ async def test_an_announcement_with_a_correlation_id_holds_no_writer_up_while_it
 
 
 async def test_same_correlation_id_for_a_different_intent_is_a_conflict(
-    rpc: Rpc, db: AsyncEngine
+    shared_rpc: Rpc, shared_db: AsyncEngine
 ) -> None:
     params = {"intent": "Add a cache in front of the search API", "correlationId": "c-1"}
-    original = await rpc.ok(ANNOUNCE, params)
+    original = await shared_rpc.ok(ANNOUNCE, params)
     for changed in (
         {"intent": "Drop the search API cache"},
         {"context": "after the outage"},
         {"stakes": "high"},
         {"metadata": {"ticket": 7}},
     ):
-        error = await rpc.error(ANNOUNCE, {**params, **changed})
+        error = await shared_rpc.error(ANNOUNCE, {**params, **changed})
         assert error["code"] == -32008, changed
-    assert await rpc.ok(ANNOUNCE, params) == original
-    stored = await rows(db, Intent, Intent.correlation_id == "c-1")
+    assert await shared_rpc.ok(ANNOUNCE, params) == original
+    stored = await rows(shared_db, Intent, Intent.correlation_id == "c-1")
     assert sorted((i.outcome, i.error_code) for i in stored) == [("failed", -32008)] * 4 + [
         ("ok", None)
     ]
 
 
-async def test_another_agent_may_use_the_same_correlation_id(rpc: Rpc, db: AsyncEngine) -> None:
-    alice = await rpc.ok(ANNOUNCE, {"intent": "Add a cache", "correlationId": "shared-1"})
-    bob = await rpc.ok(
+async def test_another_agent_may_use_the_same_correlation_id(
+    shared_rpc: Rpc, shared_db: AsyncEngine
+) -> None:
+    alice = await shared_rpc.ok(ANNOUNCE, {"intent": "Add a cache", "correlationId": "shared-1"})
+    bob = await shared_rpc.ok(
         ANNOUNCE, {"intent": "Remove the cache", "correlationId": "shared-1"}, token="token-bob"
     )
     assert bob["correlationId"] == alice["correlationId"] == "shared-1"
-    again = await rpc.ok(ANNOUNCE, {"intent": "Add a cache", "correlationId": "shared-1"})
+    again = await shared_rpc.ok(ANNOUNCE, {"intent": "Add a cache", "correlationId": "shared-1"})
     assert again == alice
-    stored = await rows(db, Intent, Intent.correlation_id == "shared-1", order_by=Intent.agent)
+    stored = await rows(
+        shared_db, Intent, Intent.correlation_id == "shared-1", order_by=Intent.agent
+    )
     assert [(i.agent, i.intent, i.outcome) for i in stored] == [
         ("alice", "Add a cache", "ok"),
         ("bob", "Remove the cache", "ok"),
@@ -535,16 +550,16 @@ async def test_a_decision_carries_the_correlation_id_its_client_chose(
 
 
 async def test_a_refused_announcement_with_too_deep_metadata_is_still_audited(
-    rpc: Rpc, db: AsyncEngine
+    shared_rpc: Rpc, shared_db: AsyncEngine
 ) -> None:
     deep: Any = "leaf"
     for _ in range(900):
         deep = {"k": deep}
-    error = await rpc.error(
+    error = await shared_rpc.error(
         ANNOUNCE, {"intent": "Nested facts\x00", "correlationId": "deep-1", "metadata": deep}
     )
     assert error["code"] == -32602
-    stored = await rows(db, Intent, Intent.correlation_id == "deep-1")
+    stored = await rows(shared_db, Intent, Intent.correlation_id == "deep-1")
     assert [(i.outcome, i.error_code, i.intent, i.metadata_) for i in stored] == [
         ("failed", -32602, "Nested facts\ufffd", None)
     ]

@@ -100,7 +100,15 @@ async def _empty_database(database_url: str) -> str:
     return database_url
 
 
-@pytest.mark.parametrize("revision", ["0001", "0002", "0003"])
+# The fast loop keeps the longest path (from 0001); the later starting points are slow.
+@pytest.mark.parametrize(
+    "revision",
+    [
+        "0001",
+        pytest.param("0002", marks=pytest.mark.slow),
+        pytest.param("0003", marks=pytest.mark.slow),
+    ],
+)
 async def test_data_written_at_an_earlier_revision_survives_upgrade_and_downgrade(
     revision: str, database_url: str, settings: Settings, embedder: Any
 ) -> None:
@@ -198,6 +206,7 @@ def _journal(root: Path, count: int) -> None:
 
 
 @pytest.mark.slow  # 1,000 files imported twice; the smaller import tests stay in the fast loop
+@pytest.mark.usefixtures("commands_share_the_model")
 def test_import_of_a_thousand_files_is_idempotent_and_reports_bad_files(
     settings: Settings, tmp_path: Path
 ) -> None:
@@ -219,6 +228,9 @@ def test_import_of_a_thousand_files_is_idempotent_and_reports_bad_files(
     assert "failed 0" in second.output
 
 
+# Slow: a race between the command's relay and a server's, held on purpose.
+@pytest.mark.slow
+@pytest.mark.usefixtures("commands_share_the_model")
 async def test_import_waits_for_the_events_a_running_server_claimed(
     settings: Settings, embedder: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -284,6 +296,7 @@ async def test_import_waits_for_the_events_a_running_server_claimed(
     assert len(list(settings.decisions_dir.rglob("*.yaml"))) == 250
 
 
+@pytest.mark.usefixtures("commands_share_the_model")
 def test_import_lists_each_bad_file_and_imports_the_rest(
     settings: Settings, tmp_path: Path
 ) -> None:
@@ -545,6 +558,7 @@ async def test_reindex_drops_what_an_earlier_run_left_behind(
     assert chroma.get_collection("decisions").get(ids=[recorded["id"]])["ids"] == [recorded["id"]]
 
 
+@pytest.mark.usefixtures("commands_share_the_model")
 def test_export_command_rebuilds_the_tree(settings: Settings, tmp_path: Path) -> None:
     journal = tmp_path / "journal"
     _journal(journal, 5)

@@ -59,17 +59,17 @@ def result_schema(document: dict[str, Any], method: dict[str, Any]) -> dict[str,
     return {**method["result"]["schema"], "components": document["components"]}
 
 
-@pytest.fixture
-async def document(rpc: Rpc) -> dict[str, Any]:
-    result: dict[str, Any] = await rpc.ok("rpc.discover")
+@pytest.fixture(scope="module")
+async def document(shared_rpc: Rpc) -> dict[str, Any]:
+    result: dict[str, Any] = await shared_rpc.ok("rpc.discover")
     return result
 
 
 async def test_rpc_discover_is_a_valid_openrpc_document_of_every_method(
-    rpc: Rpc, document: dict[str, Any]
+    shared_rpc: Rpc, document: dict[str, Any]
 ) -> None:
     jsonschema.Draft7Validator(META_SCHEMA, registry=META_REFS).validate(document)
-    registry = rpc.client.app.state.registry
+    registry = shared_rpc.client.app.state.registry
     assert [m["name"] for m in document["methods"]] == registry.names()
     assert "rpc.discover" in registry.names()
     by_name = {m["name"]: m for m in document["methods"]}
@@ -88,16 +88,16 @@ async def test_rpc_discover_is_a_valid_openrpc_document_of_every_method(
 
 
 async def test_the_discover_document_is_the_same_for_every_agent(
-    rpc: Rpc, document: dict[str, Any]
+    shared_rpc: Rpc, document: dict[str, Any]
 ) -> None:
-    assert await rpc.ok("rpc.discover", token="token-bob") == document
+    assert await shared_rpc.ok("rpc.discover", token="token-bob") == document
 
 
-def test_protocol_md_names_every_method_and_param(client: Any) -> None:
+def test_protocol_md_names_every_method_and_param(shared_client: Any) -> None:
     from app.rpc.discover import build_document
 
     documented = sections()
-    described = build_document(client.app.state.registry)
+    described = build_document(shared_client.app.state.registry)
     for method in described["methods"]:
         assert method["name"] in documented, f"{method['name']} missing from PROTOCOL.md"
         text = documented[method["name"]]
@@ -106,11 +106,11 @@ def test_protocol_md_names_every_method_and_param(client: Any) -> None:
                 f"param {param['name']} of {method['name']} missing from PROTOCOL.md"
             )
     for name in documented:
-        assert name in client.app.state.registry.names(), f"PROTOCOL.md documents {name}"
+        assert name in shared_client.app.state.registry.names(), f"PROTOCOL.md documents {name}"
 
 
 async def test_every_example_validates_and_its_answer_matches_the_result_schema(
-    rpc: Rpc, document: dict[str, Any]
+    shared_rpc: Rpc, document: dict[str, Any]
 ) -> None:
     """Run the examples in the page's order (announce, record with the same correlationId,
     then the rest on the decision recorded), as a reader would."""
@@ -125,7 +125,7 @@ async def test_every_example_validates_and_its_answer_matches_the_result_schema(
         params = request.get("params")
         if recorded_id is not None and isinstance(params, dict) and params.get("id"):
             params = {**params, "id": recorded_id}
-        result = await rpc.ok(name, params)
+        result = await shared_rpc.ok(name, params)
         jsonschema.validate(result, result_schema(document, by_name[name]))
         if name == "cstp.recordDecision":
             recorded_id = result["id"]
@@ -133,12 +133,12 @@ async def test_every_example_validates_and_its_answer_matches_the_result_schema(
     assert recorded_id is not None
     # The recorded decision, reviewed by the example, still matches getDecision's schema with
     # its reviews, and announce's similar decisions now include a reviewed one.
-    got = await rpc.ok("cstp.getDecision", {"id": recorded_id})
+    got = await shared_rpc.ok("cstp.getDecision", {"id": recorded_id})
     assert got["decision"]["reviews"] and got["decision"]["correlationId"]
-    announced = await rpc.ok("cstp.announceIntent", {"intent": "Pick a database for memory"})
+    announced = await shared_rpc.ok("cstp.announceIntent", {"intent": "Pick a database for memory"})
     jsonschema.validate(announced, result_schema(document, by_name["cstp.announceIntent"]))
     assert any(d.get("outcome") == "failure" for d in announced["similarDecisions"])
-    grouped = await rpc.ok(
+    grouped = await shared_rpc.ok(
         "cstp.getCalibration", {"groupBy": "confidenceBucket", "minDecisions": 1}
     )
     jsonschema.validate(grouped, result_schema(document, by_name["cstp.getCalibration"]))

@@ -610,6 +610,9 @@ async def test_unreachable_index_is_query_failed(
                 assert leak not in text, (leak, error)
 
 
+# Slow: 101 decisions at the real probe width; test_filtered_depth takes the same paths with
+# small widths in the fast loop.
+@pytest.mark.slow
 async def test_a_rare_filter_match_beyond_the_unfiltered_probe_is_found(rpc: Rpc) -> None:
     """With more decisions than a filtered search first probes unfiltered, a match far from
     the query must still be found (the search then asks the index with the filter)."""
