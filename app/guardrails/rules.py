@@ -2,8 +2,8 @@
 
 Rules are operator-written YAML, so every mistake is reported as a ``RuleFileError`` naming the
 file and line: a typo must stop the server at start-up rather than silently disable a guardrail.
-Parsing walks the composed node tree (``yaml.compose`` with ``SafeLoader``) so line numbers are
-exact, and only SafeLoader constructors ever run on the text.
+Parsing walks the composed node tree (``yaml.compose`` with the safe loader) so line numbers
+are exact, and only SafeLoader constructors ever run on the text.
 """
 
 from __future__ import annotations
@@ -365,6 +365,12 @@ def _is_null(node: Node) -> bool:
     return isinstance(node, ScalarNode) and node.tag == "tag:yaml.org,2002:null"
 
 
+# libyaml's safe loader where PyYAML was built with it (the wheels are): the same nodes and
+# marks, ten times faster than the pure-Python one (every server start and command loads
+# the rules).
+_COMPOSER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _load_file(path: Path) -> list[tuple[Rule, int]]:
     """Parse one file; only SafeLoader composition runs, so no YAML tag can execute code."""
     try:
@@ -372,7 +378,7 @@ def _load_file(path: Path) -> list[tuple[Rule, int]]:
     except (OSError, UnicodeDecodeError) as exc:
         raise RuleFileError(path, None, f"cannot read rule file: {exc}") from None
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yaml.compose(text, Loader=_COMPOSER)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or "syntax error"

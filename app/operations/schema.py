@@ -4,6 +4,7 @@ read them here, so neither can drift from the code."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,11 +17,20 @@ def schemas(
     operations: Sequence[Operation], ref_template: str
 ) -> tuple[list[tuple[dict[str, Any], dict[str, Any]]], dict[str, Any]]:
     """Each operation's (params schema, result schema), and the named schemas they refer to
-    (``ref_template`` says where those live, e.g. ``#/$defs/{name}``)."""
-    types = [t for op in operations for t in (op.params, op.result)]
+    (``ref_template`` says where those live, e.g. ``#/$defs/{name}``). Fresh objects on every
+    call: the caller may change them."""
+    types = tuple(t for op in operations for t in (op.params, op.result))
+    found, components = msgspec.json.decode(_generated(types, ref_template))
+    return [(p, r) for p, r in zip(found[::2], found[1::2], strict=True)], components
+
+
+@functools.cache
+def _generated(types: tuple[Any, ...], ref_template: str) -> bytes:
+    """The schemas of ``types``, generated once per set of types (msgspec's inspection takes
+    tens of milliseconds, and every app and command built in a process asks again), kept
+    encoded so that each caller decodes its own copy."""
     found, components = msgspec.json.schema_components(types, ref_template=ref_template)
-    portable = [_portable(s) for s in found]
-    return list(zip(portable[::2], portable[1::2], strict=True)), _portable(components)
+    return msgspec.json.encode([[_portable(s) for s in found], _portable(components)])
 
 
 def resolved(schema: dict[str, Any], components: dict[str, Any]) -> dict[str, Any]:
