@@ -12,12 +12,13 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
+from .cli_audit import audit, guardrails_replay
 from .cli_support import (
     CstpGroup,
     Failure,
@@ -25,7 +26,9 @@ from .cli_support import (
     debugging,
     ensure_schema,
     known_revisions,
+    load_settings,
     redact,
+    run_async,
     schema_problem,
     schema_state,
 )
@@ -33,13 +36,6 @@ from .client import register_client_commands
 from .config import ConfigError, Settings
 
 T = TypeVar("T")
-
-
-def _settings() -> Settings:
-    try:
-        return Settings.from_env()
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from None
 
 
 def _setup_logging(level: str) -> None:
@@ -50,10 +46,6 @@ def _setup_logging(level: str) -> None:
         stream=sys.stderr,
         force=True,
     )
-
-
-def _run(coro_fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    return asyncio.run(coro_fn())
 
 
 @click.group(cls=CstpGroup)
@@ -77,7 +69,7 @@ def serve(host: str | None, port: int | None, workers: int) -> None:
     from .auth import LOCAL_AGENT, ensure_local_token, load_tokens
     from .guardrails.rules import RuleFileError
 
-    settings = _settings()
+    settings = load_settings()
     _setup_logging("DEBUG" if debugging() else settings.log_level)
     host = host or settings.host
     port = port or settings.port
@@ -87,7 +79,7 @@ def serve(host: str | None, port: int | None, workers: int) -> None:
     except (ConfigError, RuleFileError) as exc:
         raise click.ClickException(str(exc)) from None
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    _run(lambda: ensure_schema(settings.database_url, upgrade_older=True))
+    run_async(lambda: ensure_schema(settings.database_url, upgrade_older=True))
     if not tokens:
         _token, created = ensure_local_token(settings.data_dir)
         path = (settings.data_dir / "local-token").absolute()
@@ -156,12 +148,12 @@ def db_upgrade(revision: str) -> None:
     """Upgrade the database to REVISION (default: head); creates a new one."""
     from .db import migrate
 
-    url = _settings().database_url
+    url = load_settings().database_url
 
     async def go() -> str | None:
         return await _migrate(url, await schema_state(url), lambda: migrate.upgrade(url, revision))
 
-    click.echo(f"at {_run(go)}")
+    click.echo(f"at {run_async(go)}")
 
 
 @db.command("downgrade")
@@ -170,7 +162,7 @@ def db_downgrade(revision: str) -> None:
     """Downgrade the database to REVISION ('base' removes every table)."""
     from .db import migrate
 
-    url = _settings().database_url
+    url = load_settings().database_url
 
     async def go() -> str | None:
         state = await schema_state(url)
@@ -180,7 +172,7 @@ def db_downgrade(revision: str) -> None:
             return None
         return await _migrate(url, state, lambda: migrate.downgrade(url, revision))
 
-    click.echo(f"at {_run(go)}")
+    click.echo(f"at {run_async(go)}")
 
 
 @db.command("current")
@@ -188,7 +180,7 @@ def db_current() -> None:
     """Show the database's revision and the newest one (creates nothing)."""
     from .db import migrate
 
-    state = _run(lambda: schema_state(_settings().database_url))
+    state = run_async(lambda: schema_state(load_settings().database_url))
     current = state.revision or "none"
     if state.revision is not None and state.revision not in known_revisions():
         current += " (unknown to this version: a newer cstp migrated the database)"
@@ -200,13 +192,13 @@ def db_check() -> None:
     """Fail when the models and the migrated schema differ."""
     from .db import migrate
 
-    url = _settings().database_url
+    url = load_settings().database_url
 
     async def check() -> list[Any]:
         await ensure_schema(url, migrate_empty=False)
         return await migrate.drift(url)
 
-    diffs = _run(check)
+    diffs = run_async(check)
     if diffs:
         for diff in diffs:
             click.echo(f"drift: {diff}", err=True)
@@ -218,7 +210,7 @@ def _with_services(work: Callable[[Any], Awaitable[T]]) -> T:
     """Run ``work(services)`` against the configured database and index, then close."""
     from .services import build_services
 
-    settings = _settings()
+    settings = load_settings()
 
     async def go() -> T:
         await ensure_schema(settings.database_url)
@@ -228,7 +220,7 @@ def _with_services(work: Callable[[Any], Awaitable[T]]) -> T:
         finally:
             await services.close()
 
-    return _run(go)
+    return run_async(go)
 
 
 @main.group(invoke_without_command=True)
@@ -402,138 +394,6 @@ def mcp_command(url: str, token: str | None) -> None:
 register_client_commands(main)
 
 
-# ---- the audit chain and guardrail replay (docs/AUDIT.md) -----------------------------------
-
-
-class _CannotReplay(click.ClickException):
-    """Nothing to compare (an unknown evaluation, a rule set not stored): exit code 2, so a
-    script tells it from a verdict that differs (1)."""
-
-    exit_code = 2
-
-
-def _audited_read(work: Callable[[Any], T]) -> T:
-    """``work(connection)`` in one read-only snapshot of the configured database, which must
-    be at the newest revision (a live server's database is fine)."""
-    from .audit.snapshot import read
-
-    url = _settings().database_url
-
-    async def go() -> T:
-        await ensure_schema(url, migrate_empty=False)
-        return await read(url, work)
-
-    return _run(go)
-
-
-@main.group()
-def audit() -> None:
-    """The audit chain: checkpoints of its head, and verification (docs/AUDIT.md)."""
-
-
-@audit.command("checkpoint")
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the checkpoint to FILE (kept outside the database) instead of printing it.",
-)
-def audit_checkpoint(out: Path | None) -> None:
-    """The chain's head now: sequence, hash, time and a MAC over them (an HMAC under
-    CSTP_AUDIT_KEY, a plain SHA-256 without a key). Verify against it later with
-    `cstp audit verify --checkpoint FILE`: a chain cut below it is then caught."""
-    from .audit.verify import take_checkpoint
-    from .runtime import utc_now
-
-    key = _settings().audit_key
-    point = _audited_read(lambda conn: take_checkpoint(conn, key, utc_now()))
-    if out is None:
-        click.echo(point.as_json())
-        return
-    out.write_text(point.as_json() + "\n", encoding="utf-8")
-    click.echo(f"checkpoint of seq {point.seq} written to {out}", err=True)
-
-
-@audit.command("verify")
-@click.option(
-    "--checkpoint",
-    "checkpoint_files",
-    multiple=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="A checkpoint taken earlier (repeatable): the chain must still hold its entry.",
-)
-@click.option(
-    "--from",
-    "start",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Check entries from this sequence number on (links from the entry before it).",
-)
-def audit_verify(checkpoint_files: tuple[Path, ...], start: int) -> None:
-    """Recompute every entry's digest and link, and check that every audited row has an
-    entry. Prints each problem with its sequence number, table and row id; exits 0 only
-    when everything holds."""
-    from .audit.verify import read_checkpoint, verify
-
-    key = _settings().audit_key
-    try:
-        points = [read_checkpoint(p.read_text(encoding="utf-8"), str(p)) for p in checkpoint_files]
-    except ValueError as exc:
-        raise Failure(str(exc)) from None
-
-    def work(conn: Any) -> Any:
-        with click.progressbar(length=0, label="verifying", file=sys.stderr) as bar:
-
-            def progress(done: int, total: int) -> None:
-                bar.length = total
-                bar.update(done - bar.pos)
-
-            return verify(conn, key, start=start, checkpoints=points, progress=progress)
-
-    report = _audited_read(work)
-    for problem in report.problems:
-        click.echo(problem.line())
-    keyed = "HMAC-SHA256" if key is not None else "SHA-256, no key"
-    span = f"entries {report.first}..{report.last}" if report.last >= report.first else "no entries"
-    verdict = "ok" if report.ok else f"{len(report.problems)} problem(s)"
-    click.echo(f"{span} checked ({keyed}), {len(points)} checkpoint(s): {verdict}")
-    if not report.ok:
-        sys.exit(1)
-
-
-@click.command("replay")
-@click.argument("evaluation_id")
-def guardrails_replay(evaluation_id: str) -> None:
-    """Evaluate a stored guardrail evaluation again with the rule set it used, and say
-    whether the verdict is the same (exit 0), different (1), or cannot be replayed (2)."""
-    from .guardrails.replay import CannotReplay, replay
-    from .runtime import iso
-
-    def work(conn: Any) -> Any:
-        try:
-            return replay(conn, evaluation_id)
-        except CannotReplay as exc:
-            raise _CannotReplay(str(exc)) from None
-
-    result = _audited_read(work)
-    ev, rules = result.evaluation, result.rule_set
-    evaluated, violations, warnings = result.counts
-    click.echo(
-        f"evaluation {ev['id']} ({ev['source']}, agent {ev['agent']}, "
-        f"{iso(ev['evaluated_at'])})\n"
-        f"rule set {ev['rule_set_hash']} (version {rules.version}, {len(rules.rules)} rules)\n"
-        f"stored:   allowed {str(bool(ev['allowed'])).lower()}, evaluated {ev['evaluated']}, "
-        f"violations {ev['violations']}, warnings {ev['warnings']}\n"
-        f"replayed: allowed {str(result.allowed).lower()}, evaluated {evaluated}, "
-        f"violations {violations}, warnings {warnings}"
-    )
-    for difference in result.differences:
-        click.echo(f"  differs: {difference}")
-    click.echo("same verdict" if result.same else "DIFFERENT verdict")
-    if not result.same:
-        sys.exit(1)
-
-
 def _with_subcommands(listing: click.Command, *commands: click.Command) -> click.Group:
     """``listing`` (a client command) as a group that still runs it when no subcommand is
     given: ``cstp guardrails [--scope …]`` lists the rules, ``cstp guardrails replay ID``
@@ -557,6 +417,7 @@ def _with_subcommands(listing: click.Command, *commands: click.Command) -> click
     return group
 
 
+main.add_command(audit)
 main.add_command(_with_subcommands(main.commands["guardrails"], guardrails_replay))
 
 

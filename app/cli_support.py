@@ -13,14 +13,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
+
+from .config import ConfigError, Settings
 
 UPGRADE_HINT = "run `cstp db upgrade` first"
 
@@ -90,7 +94,6 @@ def describe(exc: BaseException) -> str | None:
         TimeoutError as PoolTimeout,
     )
 
-    from .config import ConfigError
     from .guardrails.rules import RuleFileError
     from .search.embedder import EmbedderError
     from .search.types import IndexUnavailable
@@ -294,3 +297,18 @@ async def ensure_schema(
         click.echo(
             f"created the tables of a new database in {redact(url)} (revision {head})", err=True
         )
+
+
+T = TypeVar("T")
+
+
+def load_settings() -> Settings:
+    """The settings from the environment; a bad value is one line, not a traceback."""
+    try:
+        return Settings.from_env()
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def run_async(coro_fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    return asyncio.run(coro_fn())

@@ -10,7 +10,16 @@ import ast
 from pathlib import Path
 
 APP = Path(__file__).resolve().parents[2] / "app"
-FACES = ("app.rpc", "app.mcp", "app.system", "app.client", "app.cli", "app.cli_support", "app.asgi")
+FACES = (
+    "app.rpc",
+    "app.mcp",
+    "app.system",
+    "app.client",
+    "app.cli",
+    "app.cli_audit",
+    "app.cli_support",
+    "app.asgi",
+)
 
 
 def module_name(path: Path) -> str:

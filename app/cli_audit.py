@@ -1,0 +1,145 @@
+"""``cstp audit`` (checkpoints of the audit chain's head, and its verification) and
+``cstp guardrails replay``: the auditor's commands (docs/AUDIT.md), read-only, each in one
+snapshot of the configured database. Registered on ``cstp`` by app.cli."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from .cli_support import Failure, ensure_schema, load_settings, run_async
+
+T = TypeVar("T")
+
+
+class _CannotReplay(click.ClickException):
+    """Nothing to compare (an unknown evaluation, a rule set not stored): exit code 2, so a
+    script tells it from a verdict that differs (1)."""
+
+    exit_code = 2
+
+
+def _audited_read(work: Callable[[Any], T]) -> T:
+    """``work(connection)`` in one read-only snapshot of the configured database, which must
+    be at the newest revision (a live server's database is fine)."""
+    from .audit.snapshot import read
+
+    url = load_settings().database_url
+
+    async def go() -> T:
+        await ensure_schema(url, migrate_empty=False)
+        return await read(url, work)
+
+    return run_async(go)
+
+
+@click.group()
+def audit() -> None:
+    """The audit chain: checkpoints of its head, and verification (docs/AUDIT.md)."""
+
+
+@audit.command("checkpoint")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the checkpoint to FILE (kept outside the database) instead of printing it.",
+)
+def audit_checkpoint(out: Path | None) -> None:
+    """The chain's head now: sequence, hash, time and a MAC over them (an HMAC under
+    CSTP_AUDIT_KEY, a plain SHA-256 without a key). Verify against it later with
+    `cstp audit verify --checkpoint FILE`: a chain cut below it is then caught."""
+    from .audit.verify import take_checkpoint
+    from .runtime import utc_now
+
+    key = load_settings().audit_key
+    point = _audited_read(lambda conn: take_checkpoint(conn, key, utc_now()))
+    if out is None:
+        click.echo(point.as_json())
+        return
+    out.write_text(point.as_json() + "\n", encoding="utf-8")
+    click.echo(f"checkpoint of seq {point.seq} written to {out}", err=True)
+
+
+@audit.command("verify")
+@click.option(
+    "--checkpoint",
+    "checkpoint_files",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A checkpoint taken earlier (repeatable): the chain must still hold its entry.",
+)
+@click.option(
+    "--from",
+    "start",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Check entries from this sequence number on (links from the entry before it).",
+)
+def audit_verify(checkpoint_files: tuple[Path, ...], start: int) -> None:
+    """Recompute every entry's digest and link, and check that every audited row has an
+    entry. Prints each problem with its sequence number, table and row id; exits 0 only
+    when everything holds."""
+    from .audit.verify import read_checkpoint, verify
+
+    key = load_settings().audit_key
+    try:
+        points = [read_checkpoint(p.read_text(encoding="utf-8"), str(p)) for p in checkpoint_files]
+    except ValueError as exc:
+        raise Failure(str(exc)) from None
+
+    def work(conn: Any) -> Any:
+        with click.progressbar(length=0, label="verifying", file=sys.stderr) as bar:
+
+            def progress(done: int, total: int) -> None:
+                bar.length = total
+                bar.update(done - bar.pos)
+
+            return verify(conn, key, start=start, checkpoints=points, progress=progress)
+
+    report = _audited_read(work)
+    for problem in report.problems:
+        click.echo(problem.line())
+    keyed = "HMAC-SHA256" if key is not None else "SHA-256, no key"
+    span = f"entries {report.first}..{report.last}" if report.last >= report.first else "no entries"
+    verdict = "ok" if report.ok else f"{len(report.problems)} problem(s)"
+    click.echo(f"{span} checked ({keyed}), {len(points)} checkpoint(s): {verdict}")
+    if not report.ok:
+        sys.exit(1)
+
+
+@click.command("replay")
+@click.argument("evaluation_id")
+def guardrails_replay(evaluation_id: str) -> None:
+    """Evaluate a stored guardrail evaluation again with the rule set it used, and say
+    whether the verdict is the same (exit 0), different (1), or cannot be replayed (2)."""
+    from .guardrails.replay import CannotReplay, replay
+    from .runtime import iso
+
+    def work(conn: Any) -> Any:
+        try:
+            return replay(conn, evaluation_id)
+        except CannotReplay as exc:
+            raise _CannotReplay(str(exc)) from None
+
+    result = _audited_read(work)
+    ev, rules = result.evaluation, result.rule_set
+    evaluated, violations, warnings = result.counts
+    click.echo(
+        f"evaluation {ev['id']} ({ev['source']}, agent {ev['agent']}, "
+        f"{iso(ev['evaluated_at'])})\n"
+        f"rule set {ev['rule_set_hash']} (version {rules.version}, {len(rules.rules)} rules)\n"
+        f"stored:   allowed {str(bool(ev['allowed'])).lower()}, evaluated {ev['evaluated']}, "
+        f"violations {ev['violations']}, warnings {ev['warnings']}\n"
+        f"replayed: allowed {str(result.allowed).lower()}, evaluated {evaluated}, "
+        f"violations {violations}, warnings {warnings}"
+    )
+    for difference in result.differences:
+        click.echo(f"  differs: {difference}")
+    click.echo("same verdict" if result.same else "DIFFERENT verdict")
+    if not result.same:
+        sys.exit(1)
