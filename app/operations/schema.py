@@ -21,7 +21,7 @@ def schemas(
     call: the caller may change them."""
     types = tuple(t for op in operations for t in (op.params, op.result))
     found, components = msgspec.json.decode(_generated(types, ref_template))
-    return [(p, r) for p, r in zip(found[::2], found[1::2], strict=True)], components
+    return list(zip(found[::2], found[1::2], strict=True)), components
 
 
 @functools.cache
