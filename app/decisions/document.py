@@ -56,7 +56,8 @@ def _pre_decision(d: Decision) -> dict[str, Any]:
 
 
 def export_fields(d: Decision) -> dict[str, Any]:
-    """The canonical YAML mapping, in SPEC.md section 3's key order, empty keys left out."""
+    """The canonical YAML mapping, in the key order of docs/PROTOCOL.md ("Decision files"),
+    empty keys left out."""
     fields: dict[str, Any] = {
         "id": d.id,
         "summary": d.summary,

@@ -1,8 +1,8 @@
 """One decision YAML file read into an unsaved ``Decision`` (for ``cstp import``).
 
-The layout is SPEC.md section 3's, which other decision journals also write: keys this server
-does not know are ignored, and a file that cannot be read, or whose values no column could
-hold, raises ``Unreadable`` with the reason to show the operator.
+The layout is docs/PROTOCOL.md's ("Decision files"), which other decision journals also write:
+keys this server does not know are ignored, and a file that cannot be read, or whose values no
+column could hold, raises ``Unreadable`` with the reason to show the operator.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Load a tree of decision YAML files into the database (``cstp import DIR``).
 
-Each file is read by app.decisions.import_file (SPEC.md section 3's layout, which other
-decision journals also write); a file that cannot be read, or whose values no column could
-hold, is reported with the reason and skipped, and the other files are imported. Idempotent:
-a decision whose id is already stored is left alone. Imported decisions get their YAML
-export and index entry through the outbox, like any other write.
+Each file is read by app.decisions.import_file (the layout of docs/PROTOCOL.md, "Decision
+files", which other decision journals also write); a file that cannot be read, or whose values
+no column could hold, is reported with the reason and skipped, and the other files are imported.
+Idempotent: a decision whose id is already stored is left alone. Imported decisions get their
+YAML export and index entry through the outbox, like any other write.
 """
 
 from __future__ import annotations

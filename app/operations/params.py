@@ -1,8 +1,9 @@
 """Turning a JSON-RPC ``params`` object into a validated msgspec Struct, or a -32602 that
 names the field.
 
-Compatibility rules of SPEC.md section 2 live here, in one place: unknown params are ignored,
-an optional field sent as ``null`` counts as absent, and a few snake_case aliases are accepted.
+Compatibility rules of docs/PROTOCOL.md ("The envelope") live here, in one place: unknown params
+are ignored, an optional field sent as ``null`` counts as absent, and a few snake_case aliases
+are accepted.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Acceptance of the decision write path (seed F007, SPEC.md sections 2–3), through the real
-RPC over HTTP: recordDecision, getDecision, listDecisions, the YAML export, the vector index,
-id collisions, concurrency, an index outage healed by the outbox, and rebuilding the tree.
+"""Acceptance of the decision write path (seed F007; docs/PROTOCOL.md, the envelope and decision
+files), through the real RPC over HTTP: recordDecision, getDecision, listDecisions, the YAML
+export, the vector index, id collisions, concurrency, an index outage healed by the outbox, and
+rebuilding the tree.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@ deep nesting, huge numbers, NaN, odd unicode, random envelopes, random methods a
 mutations of valid params of every real method.
 
 For every answer: never an HTTP 5xx; a 200 body is JSON-RPC (a result, or an error whose code
-is in SPEC.md's table); no error leaks exception text, a path or SQL; and afterwards the server
-still serves normally. Since the database and the vector index are healthy throughout, an
+is in docs/PROTOCOL.md's table); no error leaks exception text, a path or SQL; and afterwards
+the server still serves normally. Since the database and the vector index are healthy throughout, an
 InternalError (-32603), StorageError (-32005) or QueryFailed (-32003) means bad input slipped
 past validation: that fails too. The tests at the end pin the input classes that once did
 (deep nesting, out-of-range integers and timestamps, NUL characters).

@@ -1,7 +1,7 @@
 """cstp.queryDecisions over the real RPC, the real embedder and a real (embedded) Chroma.
 
 The filter tests record a corpus of 40 decisions (dates moved with an injected clock, two
-agents, some reviewed), then check every filter of SPEC.md alone and every pair of filters:
+agents, some reviewed), then check every filter of docs/PROTOCOL.md alone and every pair of filters:
 the returned ids must be exactly the decisions that satisfy the filters, computed here from
 what was recorded (semantics: app/search/filters.py docstring).
 """
@@ -142,8 +142,8 @@ def record_params(d: Recorded) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Filters: the wire value of each, and the reference predicate (written from SPEC.md and the
-# filters docstring, independently of the server's code).
+# Filters: the wire value of each, and the reference predicate (written from docs/PROTOCOL.md
+# and the filters docstring, independently of the server's code).
 # ---------------------------------------------------------------------------------------------
 
 CORPUS = build_corpus()
