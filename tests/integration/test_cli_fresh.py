@@ -192,7 +192,8 @@ def _one_line_failure(outcome: Outcome, *fragments: str) -> str:
 
 
 def _journal(root: Path, count: int) -> Path:
-    """``count`` decision files as other journals write them (SPEC.md section 3)."""
+    """``count`` decision files as other journals write them (docs/PROTOCOL.md, "Decision
+    files")."""
     for i in range(count):
         month = 1 + i % 12
         path = root / "2025" / f"{month:02d}" / f"2025-{month:02d}-01-decision-{i:04d}.yaml"
@@ -244,6 +245,20 @@ COMMANDS: dict[str, tuple[list[str], dict[str, str | None]]] = {
         },
     ),
     "db current": (["db", "current"], {"fresh": None, "empty": None, "older": None, "newer": None}),
+    # The auditor's commands read and never migrate: on a database not at the newest revision
+    # they say what to run (and create nothing).
+    "audit checkpoint": (
+        ["audit", "checkpoint"],
+        {"fresh": UPGRADE, "empty": UPGRADE, "older": UPGRADE, "newer": NEWER},
+    ),
+    "audit verify": (
+        ["audit", "verify"],
+        {"fresh": UPGRADE, "empty": UPGRADE, "older": UPGRADE, "newer": NEWER},
+    ),
+    "guardrails replay": (
+        ["guardrails", "replay", "1"],
+        {"fresh": UPGRADE, "empty": UPGRADE, "older": UPGRADE, "newer": NEWER},
+    ),
     "db check": (
         ["db", "check"],
         {"fresh": UPGRADE, "empty": UPGRADE, "older": UPGRADE, "newer": NEWER},

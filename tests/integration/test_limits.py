@@ -7,7 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
 
+from app.config import Settings
 from app.operations.params import (
     FREE_FORM_MAX_BYTES,
     FREE_FORM_MAX_DEPTH,
@@ -15,6 +17,7 @@ from app.operations.params import (
     FREE_FORM_MAX_KEYS,
 )
 from support.app import Rpc
+from support.waiting import poll_until
 
 
 def nested(depth: int) -> dict[str, Any]:
@@ -79,7 +82,9 @@ async def test_a_free_form_object_past_its_limits_is_32602_naming_the_field(
     assert all(d["status"] == "pending" for d in decisions)  # no review went in
 
 
-async def test_a_free_form_object_at_its_limits_is_taken_and_exported(rpc: Rpc) -> None:
+async def test_a_free_form_object_at_its_limits_is_taken_and_exported(
+    rpc: Rpc, settings: Settings
+) -> None:
     at_limits = {**nested(FREE_FORM_MAX_DEPTH), "list": [1, 2, 3], "text": "x" * 1000}
     for method, _field, answer in await calls(rpc, at_limits):
         assert "result" in answer, (method, answer)
@@ -88,6 +93,15 @@ async def test_a_free_form_object_at_its_limits_is_taken_and_exported(rpc: Rpc) 
     ]
     got = await rpc.ok("cstp.getDecision", {"id": reviewed[0]["id"]})
     assert got["decision"]["affectedKpis"] == at_limits
+    # The review's YAML file holds the whole object (the export is the relay's, after the
+    # answer: waited for).
+    path = settings.decisions_dir / got["decision"]["path"].removeprefix("decisions/")
+
+    async def exported() -> tuple[bool, Any]:
+        kpis = yaml.safe_load(path.read_text()).get("affected_kpis") if path.exists() else None
+        return kpis == at_limits, kpis
+
+    await poll_until(exported, 10, "the review's affected KPIs in the YAML file")
 
 
 async def test_the_deep_path_is_named_inside_the_field(shared_rpc: Rpc) -> None:

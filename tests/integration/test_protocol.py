@@ -55,6 +55,20 @@ def params_schema(document: dict[str, Any], method: dict[str, Any]) -> dict[str,
     }
 
 
+def strict(schema: Any) -> Any:
+    """``schema`` with every object that lists its properties closed to others: the server
+    ignores an unknown param (compatibility), so without this a misspelled name in an example
+    would validate and silently do nothing."""
+    if isinstance(schema, list):
+        return [strict(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    closed = {key: strict(value) for key, value in schema.items()}
+    if isinstance(schema.get("properties"), dict) and "additionalProperties" not in schema:
+        closed["additionalProperties"] = False
+    return closed
+
+
 def result_schema(document: dict[str, Any], method: dict[str, Any]) -> dict[str, Any]:
     return {**method["result"]["schema"], "components": document["components"]}
 
@@ -84,6 +98,12 @@ async def test_rpc_discover_is_a_valid_openrpc_document_of_every_method(
         jsonschema.validate(
             {"decision": "x", "confidence": 1.5, "category": "process"},
             params_schema(document, record),
+        )
+    # And the examples' check catches a misspelled name.
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(
+            {"decision": "x", "confidence": 0.5, "category": "process", "tgas": ["a"]},
+            strict(params_schema(document, record)),
         )
 
 
@@ -117,7 +137,7 @@ async def test_every_example_validates_and_its_answer_matches_the_result_schema(
     recorded_id = None
     for method in document["methods"]:
         request = example(method["name"])
-        jsonschema.validate(request.get("params", {}), params_schema(document, method))
+        jsonschema.validate(request.get("params", {}), strict(params_schema(document, method)))
     order = list(sections())
     by_name = {m["name"]: m for m in document["methods"]}
     for name in order:

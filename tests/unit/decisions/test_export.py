@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import stat
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
+
+import pytest
 
 from app.db.decisions import Decision
 from app.decisions.document import relative_path
@@ -38,15 +40,40 @@ def test_every_year_is_four_digits_in_the_path() -> None:
     )
 
 
-def test_a_file_is_readable_as_the_umask_allows(tmp_path: Path) -> None:
-    umask = os.umask(0o022)
-    os.umask(umask)
+# The file mode is read from the umask once, when the module is imported: each umask is tried
+# in a process of its own that sets it first.
+EXPORT_UNDER_UMASK = """
+import os, stat, sys
+from datetime import UTC, datetime
+from pathlib import Path
+os.umask(int(sys.argv[1], 8))
+from app.db.decisions import Decision
+from app.decisions.export import export_decision
+row = Decision(id="0a1b2c3d", summary="s", decision="s", category="process", confidence=0.5,
+               stakes="medium", status="pending", created_at=datetime(2026, 12, 1, tzinfo=UTC),
+               recorded_by="alice")
+path = export_decision(Path(sys.argv[2]), row)
+print(oct(stat.S_IMODE(path.stat().st_mode)), sorted(p.name for p in path.parent.iterdir()))
+"""
+
+
+@pytest.mark.parametrize(
+    ("umask", "mode"), [("022", 0o644), ("027", 0o640), ("077", 0o600), ("002", 0o664)]
+)
+def test_a_file_is_readable_as_the_umask_allows(tmp_path: Path, umask: str, mode: int) -> None:
+    shown = subprocess.run(
+        [sys.executable, "-c", EXPORT_UNDER_UMASK, umask, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split(maxsplit=1)
+    # 0644 under the usual 022: others may read the tree (mkstemp alone would give 0600).
+    assert shown == [oct(mode), "['2026-12-01-decision-0a1b2c3d.yaml']\n"]  # no temp file left
+
+
+def test_a_file_holds_its_rendering(tmp_path: Path) -> None:
     path = export_decision(tmp_path, decision(datetime(2026, 12, 1, tzinfo=UTC)))
     assert path.read_bytes() == render(decision(datetime(2026, 12, 1, tzinfo=UTC)))
-    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
-    if umask == 0o022:  # the usual one: others may read the tree
-        assert stat.S_IMODE(path.stat().st_mode) == 0o644
-    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp file left
 
 
 def reviewed(at: datetime | None, outcome: str) -> Decision:
