@@ -26,6 +26,7 @@ def register(registry: Registry) -> None:
             "once you have decided.",
             on_failure=record_failure,
             errors=(QUERY_FAILED, GUARDRAIL_EVAL_FAILED, CONFLICT),
+            not_tool_arguments=("agent",),
             tool="announce_intent",
         )
     )

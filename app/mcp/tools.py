@@ -2,7 +2,8 @@
 
 Each operation with a tool name is a tool: its description is written for a model deciding
 when to call it, its input schema is the params schema rpc.discover publishes (the same
-msgspec types), its output schema the result's. A call answers structured content (the
+msgspec types; without the params an operation keeps from tools, such as announceIntent's
+informational ``agent``), its output schema the result's. A call answers structured content (the
 result) and a short text of it; a failure is a tool error carrying the same code, message
 and data as on /cstp, never exception text. How a call is carried out (in this process, or
 forwarded to a server) is the ``Call`` given.
@@ -47,11 +48,25 @@ def tool_list(registry: Registry) -> list[types.Tool]:
             types.Tool(
                 name=op.tool,
                 description=op.description or op.summary,
-                input_schema=_standalone(resolved(params, components), components),
+                input_schema=_standalone(
+                    _without(resolved(params, components), op.not_tool_arguments), components
+                ),
                 output_schema=_standalone(resolved(result, components), components),
             )
         )
     return tools
+
+
+def _without(schema: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    """An object schema without the properties ``names``."""
+    if not names:
+        return schema
+    kept = {k: v for k, v in schema.get("properties", {}).items() if k not in names}
+    required = [r for r in schema.get("required", []) if r not in names]
+    trimmed = {**schema, "properties": kept}
+    if "required" in schema:
+        trimmed["required"] = required
+    return trimmed
 
 
 def _standalone(schema: dict[str, Any], components: dict[str, Any]) -> dict[str, Any]:

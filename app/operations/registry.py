@@ -39,6 +39,9 @@ class Operation:
     errors: tuple[int, ...] = ()
     # Its MCP tool name (snake_case); None: not offered as a tool (rpc.discover).
     tool: str | None = None
+    # Params the tool leaves out of its input schema: informational ones that the token
+    # decides (announceIntent's ``agent``), so the agent is never a tool argument.
+    not_tool_arguments: tuple[str, ...] = ()
 
 
 class Registry:

@@ -4,6 +4,7 @@ always the token's; rate limits, audit rows and errors are those of /cstp."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -111,10 +112,19 @@ async def http_session(server: Server, token: str) -> AsyncIterator[ClientSessio
 
 
 @asynccontextmanager
-async def stdio_session(server: Server, token: str) -> AsyncIterator[ClientSession]:
+async def stdio_session(
+    server: Server, token: str, transcript: Path | None = None
+) -> AsyncIterator[ClientSession]:
+    """``cstp mcp`` spawned by the SDK's stdio client; with ``transcript``, a copy of all it
+    writes on stdout (through ``tee``), for the test to read afterwards."""
+    cstp = str(BIN / "cstp")
+    if transcript is None:
+        command, args = cstp, ["mcp"]
+    else:
+        command, args = "sh", ["-c", f'"{cstp}" mcp | tee "{transcript}"']
     params = StdioServerParameters(
-        command=str(BIN / "cstp"),
-        args=["mcp"],
+        command=command,
+        args=args,
         env={"CSTP_URL": server.url, "CSTP_TOKEN": token, "PATH": os.environ["PATH"]},
     )
     async with stdio_client(params) as (r, w), ClientSession(r, w) as session:
@@ -206,6 +216,10 @@ async def the_same_calls(
     }
     missing = await error_of(session, "get_decision", {"id": "0badcafe"})
     assert missing["code"] == -32007 and missing["data"] == {"id": "0badcafe"}
+    conflict = await error_of(
+        session, "announce_intent", {"intent": "Something else", "correlationId": correlation_id}
+    )
+    assert conflict["code"] == -32008 and conflict["data"] == {"correlationId": correlation_id}
 
 
 async def test_mcp_over_streamable_http(server: Server, database_url: str) -> None:
@@ -214,10 +228,36 @@ async def test_mcp_over_streamable_http(server: Server, database_url: str) -> No
 
 
 async def test_mcp_over_stdio_forwards_to_the_running_server(
-    server: Server, database_url: str
+    server: Server, database_url: str, tmp_path: Path
 ) -> None:
-    async with stdio_session(server, "token-alice") as session:
+    transcript = tmp_path / "stdout.jsonl"
+    async with stdio_session(server, "token-alice", transcript) as session:
         await the_same_calls(session, server, database_url, "mcp-stdio-1")
+    # Nothing but protocol on stdout: every line a JSON-RPC message (the SDK's client would
+    # skip a stray line and go on, so it is checked here).
+    lines = transcript.read_text().splitlines()
+    assert len(lines) >= 8, lines
+    for line in lines:
+        message = json.loads(line)
+        assert message.get("jsonrpc") == "2.0", line
+
+
+async def test_mcp_refuses_a_body_over_the_cap_as_cstp_does(server: Server) -> None:
+    """The same body cap on both faces (CSTP_MAX_BODY_BYTES, 1 MiB by default): 413."""
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "announce_intent", "arguments": {"intent": "x" * (1 << 20)}},
+    }
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Authorization": "Bearer token-alice",
+    }
+    async with httpx.AsyncClient(timeout=60) as client:
+        mcp = await client.post(server.mcp, json=body, headers=headers)
+        cstp = await client.post(f"{server.url}/cstp", json=body, headers=headers)
+    assert mcp.status_code == cstp.status_code == 413, (mcp.text, cstp.text)
 
 
 async def test_mcp_without_a_valid_token_is_401_as_cstp_is(server: Server) -> None:
@@ -299,3 +339,36 @@ def test_tools_match_the_operation_table() -> None:
     tools = tool_list(registry)
     assert sorted(t.name for t in tools) == TOOLS
     assert all(t.description and len(t.description) > 80 for t in tools)
+    # Each input schema is rpc.discover's params schema (the same JSON Schema, refs aside), but
+    # for announce_intent's informational agent: on MCP the agent is never an argument.
+    document = build_document(registry)
+    components = document["components"]["schemas"]
+    discover = {m["name"]: m for m in document["methods"]}
+    by_tool = {op.tool: op for op in registry.tools()}
+
+    def inlined(schema: Any, defs: dict[str, Any]) -> Any:
+        """``schema`` with every ref replaced by what it names (none of ours recurse)."""
+        if isinstance(schema, list):
+            return [inlined(item, defs) for item in schema]
+        if not isinstance(schema, dict):
+            return schema
+        if "$ref" in schema:
+            return inlined(defs[schema["$ref"].rsplit("/", 1)[-1]], defs)
+        return {k: inlined(v, defs) for k, v in schema.items() if k != "$defs"}
+
+    for tool in tools:
+        method = discover[by_tool[tool.name].name]
+        offered = inlined(tool.input_schema, tool.input_schema.get("$defs", {}))
+        published = {p["name"]: inlined(p["schema"], components) for p in method["params"]}
+        left_out = {"agent"} if tool.name == "announce_intent" else set()
+        assert offered["properties"] == {k: v for k, v in published.items() if k not in left_out}, (
+            tool.name
+        )
+        required = {p["name"] for p in method["params"] if p.get("required")}
+        assert set(offered.get("required", [])) == required, tool.name
+        assert inlined(tool.output_schema, (tool.output_schema or {}).get("$defs", {})) == (
+            inlined(method["result"]["schema"], components)
+        ), tool.name
+    announce = next(t for t in tools if t.name == "announce_intent")
+    assert "agent" not in announce.input_schema["properties"]
+    assert "agent" in {p["name"] for p in discover["cstp.announceIntent"]["params"]}
