@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 import uuid
@@ -76,3 +77,31 @@ async def test_processes_upgrading_a_fresh_database_together_all_succeed(
     assert await migrate.drift(empty_database) == []
     versions = await run_sql(empty_database, "SELECT version_num FROM alembic_version")
     assert versions == [{"version_num": migrate.head_revision()}]
+
+
+async def test_cstp_db_upgrade_commands_started_together_all_succeed(
+    empty_database: str, tmp_path: Path
+) -> None:
+    """The command as an operator (or each replica's `migrate` step) runs it: each reads the
+    schema's state before it takes the lock, and that read must not trip on a schema another
+    process is creating."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CSTP_")}
+    env.update(CSTP_DATABASE_URL=empty_database, CSTP_DATA_DIR=str(tmp_path / "data"))
+    procs = [
+        await asyncio.create_subprocess_exec(
+            str(Path(sys.executable).with_name("cstp")),
+            "db",
+            "upgrade",
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        for _ in range(4)
+    ]
+    async with asyncio.timeout(120):
+        finished = await asyncio.gather(*(p.communicate() for p in procs))
+    report = "\n".join(f"{out.decode()}{err.decode()}" for out, err in finished)
+    assert [p.returncode for p in procs] == [0] * 4, report
+    assert "Traceback" not in report, report
+    assert await migrate.current(empty_database) == migrate.head_revision()
+    assert await migrate.drift(empty_database) == []
