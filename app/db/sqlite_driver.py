@@ -28,6 +28,7 @@ from sqlalchemy.dialects.sqlite.aiosqlite import (
     AsyncAdapt_aiosqlite_dbapi,
 )
 from sqlalchemy.util import EMPTY_DICT
+from sqlalchemy.util.concurrency import await_
 
 # (description, rows or None, rowcount, lastrowid) of one statement
 _Outcome = tuple[Any, list[Any] | None, int, int | None]
@@ -114,9 +115,40 @@ class OneHopCursor(AsyncAdapt_aiosqlite_cursor):
         return None
 
 
+def _work_then_commit(conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], None]) -> None:
+    work(conn)
+    conn.commit()
+
+
 class OneHopConnection(AsyncAdapt_aiosqlite_connection):
-    __slots__ = ()
+    __slots__ = ("_before_commit",)
     _cursor_cls = OneHopCursor
+
+    def __init__(self, dbapi: Any, connection: Any) -> None:
+        super().__init__(dbapi, connection)
+        self._before_commit: Callable[[sqlite3.Connection], None] | None = None
+
+    def run_before_commit(self, work: Callable[[sqlite3.Connection], None]) -> None:
+        """Run ``work`` on the worker thread right before this transaction's COMMIT, in the
+        COMMIT's own hand-off (a statement saved, with the write lock held). An exception from
+        ``work`` is the commit's, and nothing is committed; a rollback drops ``work``."""
+        self._before_commit = work
+
+    def commit(self) -> None:
+        work, self._before_commit = self._before_commit, None
+        if work is None:
+            super().commit()
+            return
+        connection = cast(aiosqlite.Connection, self._connection)
+        execute = cast(Callable[..., Awaitable[None]], connection._execute)
+        try:
+            await_(execute(_work_then_commit, connection._conn, work))
+        except Exception as error:
+            self._handle_exception(error)
+
+    def rollback(self) -> None:
+        self._before_commit = None
+        super().rollback()
 
 
 class OneHopDBAPI(AsyncAdapt_aiosqlite_dbapi):

@@ -4,6 +4,7 @@ one trip to aiosqlite's worker thread."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from sqlalchemy import Column, Integer, MetaData, String, Table, insert, select,
 from sqlalchemy.exc import IntegrityError
 
 from app.db.engine import Database
+from app.db.sqlite_driver import OneHopConnection
 
 meta = MetaData()
 items = Table(
@@ -112,3 +114,57 @@ async def test_every_connection_commits_to_disk_before_it_returns(db: Database) 
     async with db.read_engine.connect() as conn:
         assert (await conn.execute(text("PRAGMA synchronous"))).scalar() == 2
     assert await db.read(lambda conn: conn.execute(text("PRAGMA synchronous")).scalar()) == 2
+
+
+async def driver_of(session: Any) -> OneHopConnection:
+    raw = await (await session.connection()).get_raw_connection()
+    driver = raw.dbapi_connection
+    assert isinstance(driver, OneHopConnection)
+    return driver
+
+
+def insert_named(name: str) -> Any:
+    def work(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO items (name, size) VALUES (?, 0)", (name,))
+
+    return work
+
+
+async def names_in(db: Database) -> list[str]:
+    async with db.transaction(write=False) as session:
+        return list((await session.execute(select(items.c.name).order_by(items.c.id))).scalars())
+
+
+async def test_work_before_commit_runs_in_the_commits_own_trip(
+    db: Database, handoffs: list[str]
+) -> None:
+    async with db.transaction() as session:  # warm the pool
+        await session.execute(select(items.c.id))
+    handoffs.clear()
+    async with db.transaction() as session:
+        await session.execute(insert(items).values(name="statement", size=1))
+        (await driver_of(session)).run_before_commit(insert_named("at commit"))
+    assert handoffs == ["_run", "_run", "_work_then_commit", "rollback"]
+    assert await names_in(db) == ["statement", "at commit"]
+
+
+async def test_work_that_fails_fails_the_commit_and_nothing_is_committed(db: Database) -> None:
+    with pytest.raises(IntegrityError):
+        async with db.transaction() as session:
+            await session.execute(insert(items).values(name="dup", size=1))
+            (await driver_of(session)).run_before_commit(insert_named("dup"))
+    assert await names_in(db) == []
+    async with db.transaction() as session:  # the pooled connection still works
+        await session.execute(insert(items).values(name="after", size=3))
+    assert await names_in(db) == ["after"]
+
+
+async def test_a_rolled_back_transaction_drops_its_work(db: Database) -> None:
+    with pytest.raises(RuntimeError):
+        async with db.transaction() as session:
+            await session.execute(insert(items).values(name="rolled back", size=1))
+            (await driver_of(session)).run_before_commit(insert_named("never"))
+            raise RuntimeError("the call failed")
+    async with db.transaction() as session:  # likely the same pooled connection
+        await session.execute(insert(items).values(name="next", size=2))
+    assert await names_in(db) == ["next"]
