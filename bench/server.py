@@ -78,8 +78,11 @@ def server_env(
 class ServerProcess:
     """``python -m app.cli serve`` (what the ``cstp serve`` script runs) with output to a file."""
 
-    def __init__(self, env: Mapping[str, str], port: int, log_path: Path) -> None:
+    def __init__(
+        self, env: Mapping[str, str], port: int, log_path: Path, source: Path = REPO_ROOT
+    ) -> None:
         self.env = dict(env)
+        self.source = source  # the working tree whose ``app`` package the server runs
         self.port = port
         self.log_path = log_path
         self.base_url = f"http://{HOST}:{port}"
@@ -101,7 +104,7 @@ class ServerProcess:
                     "--port",
                     str(self.port),
                 ],
-                cwd=REPO_ROOT,
+                cwd=self.source,
                 env=self.env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -264,6 +267,7 @@ def prepare_server(
     max_batch: int,
     settings: Mapping[str, str] | None = None,
     log: Callable[[str], None] = print,
+    source: Path = REPO_ROOT,
 ) -> Prepared:
     tmp = Path(tempfile.mkdtemp(prefix=prefix))
     token = secrets.token_urlsafe(24)
@@ -285,5 +289,5 @@ def prepare_server(
         max_batch=max_batch,
         settings=settings,
     )
-    server = ServerProcess(env, port, tmp / "server.log")
+    server = ServerProcess(env, port, tmp / "server.log", source)
     return Prepared(tmp, token, server, pg_name, f"postgres:{pg_name}" if pg_name else "sqlite")
