@@ -1,0 +1,62 @@
+"""bench.compare's pairing: each call goes to both sides in alternating order, and the figure
+reported is the median of the per-call differences, which a drift common to both cancels."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.client import Outcome
+from bench.compare import Side, measure, median_interval, parse_args
+
+
+class Clocked:
+    """A client whose answers take ``base`` ms plus the machine's drift at that moment (the
+    same for both sides: a shared clock that slows down call after call)."""
+
+    def __init__(self, name: str, base: float, clock: list[float], order: list[str]) -> None:
+        self.name, self.base, self.clock, self.order = name, base, clock, order
+
+    async def call(self, method: str, params: dict[str, Any]) -> Outcome:
+        self.order.append(self.name)
+        self.clock[0] += 0.5  # the machine gets slower with every call, by far more than B - A
+        return Outcome(True, self.base + self.clock[0])
+
+
+def side(name: str, base: float, clock: list[float], order: list[str]) -> Side:
+    s = Side(name, None, None)  # type: ignore[arg-type]  # measure() uses only the client
+    s.client = Clocked(name, base, clock, order)  # type: ignore[assignment]  # a stand-in
+    return s
+
+
+def test_a_common_drift_cancels_and_the_order_alternates() -> None:
+    clock, order = [0.0], []
+    a, b = side("A", 10.0, clock, order), side("B", 10.3, clock, order)
+    row = asyncio.run(measure(a, b, "cstp.announceIntent", [{}] * 100, warmup=[{}] * 2))
+    # Within a pair the second call sees 0.5 ms more drift; alternating the order cancels it.
+    assert row["medianDiffMs"] == pytest.approx(0.3, abs=1e-3)  # A first always: 0.8
+    low, high = row["medianDiff95"]
+    assert low <= 0.3 + 0.5 and high >= 0.3 - 0.5
+    diffs_mean = row["latencyMs"]["B"]["mean"] - row["latencyMs"]["A"]["mean"]
+    assert diffs_mean == pytest.approx(0.3, abs=0.01)  # both sides saw the same drift
+    assert order[:4] == ["A", "B", "A", "B"]  # the warm-up
+    assert order[4:8] == ["A", "B", "B", "A"]  # then A first on even calls, B on odd ones
+    assert row["pairs"] == 100 and row["errors"] == {"A": {}, "B": {}}
+
+
+def test_the_interval_holds_the_median_of_a_spread() -> None:
+    diffs = [0.5 + (i % 7 - 3) * 0.1 for i in range(301)]
+    low, high = median_interval(diffs)
+    assert low <= 0.5 <= high and high - low < 0.3
+
+
+def test_a_source_that_is_not_a_working_tree_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--a-source", str(tmp_path)])
+    with pytest.raises(SystemExit):
+        parse_args(["--b-env", "RETRIEVAL_MODE=hybrid"])
+    args = parse_args(["--b-env", "CSTP_RETRIEVAL_MODE=hybrid", "--calls", "20"])
+    assert args.b_settings == {"CSTP_RETRIEVAL_MODE": "hybrid"} and args.a_settings == {}
