@@ -6,8 +6,9 @@ machine did between them (on a shared VM its speed can move 2x within half an ho
 than a millisecond's effect). Here both servers run at once, each on a fresh data directory
 seeded with the same decisions, and every measured call is sent to both, one right after the
 other (A then B, then B then A for the next, so neither always goes first). The figure that
-counts is the median of the per-call differences B - A, with a bootstrap interval: the drift
-falls on both sides of each pair and cancels.
+counts is the median, with a bootstrap interval, of the differences B - A averaged over blocks
+of two pairs (one A-first, one B-first): the machine's drift falls on both calls of a pair, and
+what going second costs falls on both sides of a block, so both cancel.
 
     python -m bench.compare --size 1000 --calls 400 \\
         --a-source /tmp/wt_base --a-name base --b-name head
@@ -16,7 +17,9 @@ falls on both sides of each pair and cancels.
 
 ``--a-source``/``--b-source`` name a working tree (e.g. ``git worktree add``) whose ``app``
 package that server runs (default: this one). One client, calls in sequence; the seeding and
-the outbox settle as in ``bench.run``. Exit status 1 when a call failed on either side.
+the outbox settle as in ``bench.run`` (one batch at a time, so that both sides review the same
+decisions). Exit status 1 when a call failed on either side or a server logged an error, 2
+when the comparison could not be made.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -49,7 +54,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="Two CSTP servers measured call by call (docs/PERFORMANCE.md).",
     )
     p.add_argument("--size", type=int, default=1000, help="decisions seeded (default 1000)")
-    p.add_argument("--calls", type=int, default=400, help="measured pairs per method (400)")
+    p.add_argument(
+        "--calls", type=int, default=400, help="measured pairs per method, even (default 400)"
+    )
     p.add_argument("--warmup", type=int, default=30, help="warm-up calls per side and method")
     p.add_argument(
         "--methods",
@@ -71,8 +78,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=42, help="RNG seed of the texts")
     p.add_argument("--out", type=Path, default=None, help="JSON result file")
     args = p.parse_args(argv)
-    if args.size < 1 or args.calls < 10 or args.warmup < 0:
-        p.error("--size must be positive, --calls at least 10, --warmup not negative")
+    if args.size < 1 or args.calls < 10 or args.calls % 2 or args.warmup < 0:
+        p.error("--size must be positive, --calls even and at least 10, --warmup not negative")
     args.method_list = [m.strip() for m in args.methods.split(",") if m.strip()]
     known = {*METHODS, "cstp.recordDecision"}
     if not args.method_list or not set(args.method_list) <= known:
@@ -107,6 +114,12 @@ class Side:
     client: RpcClient | None = None
 
 
+def blocks(diffs: list[float]) -> list[float]:
+    """The differences of two consecutive pairs (one A-first, one B-first) averaged: what going
+    second in a pair costs falls on both sides of a block and cancels within it."""
+    return [(diffs[i] + diffs[i + 1]) / 2 for i in range(0, len(diffs) - 1, 2)]
+
+
 def median_interval(diffs: list[float], rounds: int = 2000, seed: int = 7) -> tuple[float, float]:
     """A 95% percentile-bootstrap interval of the median of ``diffs``."""
     rng = random.Random(seed)
@@ -124,27 +137,35 @@ async def measure(
         await b.client.call(method, p)
     times: dict[str, list[float]] = {a.name: [], b.name: []}
     errors: dict[str, dict[str, int]] = {a.name: {}, b.name: {}}
-    diffs = []
+    paired: list[float] = []
+    kept = []  # block by block: both pairs of a block answered on both sides
     for i, p in enumerate(params):
         order = (a, b) if i % 2 == 0 else (b, a)
         took = {}
         for side in order:
             assert side.client is not None
             outcome = await side.client.call(method, p)
-            if not outcome.ok:
+            if outcome.ok:
+                took[side.name] = outcome.latency_ms
+                times[side.name].append(outcome.latency_ms)
+            else:
                 key = str(outcome.error)
                 errors[side.name][key] = errors[side.name].get(key, 0) + 1
-            took[side.name] = outcome.latency_ms
-            times[side.name].append(outcome.latency_ms)
-        diffs.append(took[b.name] - took[a.name])
+        paired.append(took[b.name] - took[a.name] if len(took) == 2 else math.nan)
+        if i % 2 == 1 and not math.isnan(paired[-1]) and not math.isnan(paired[-2]):
+            kept.extend(paired[-2:])
+    diffs = blocks(kept)
+    if not diffs:
+        raise BenchError(f"{method}: no pair of calls answered on both sides")
     low, high = median_interval(diffs)
     return {
         "method": method,
         "pairs": len(params),
+        "blocks": len(diffs),
         "latencyMs": {name: summarize(values) for name, values in times.items()},
         "medianDiffMs": round(statistics.median(diffs), 3),
         "medianDiff95": [round(low, 3), round(high, 3)],
-        "bSlowerShare": round(sum(d > 0 for d in diffs) / len(diffs), 3),
+        "bSlowerShare": round(sum(d > 0 for d in kept) / len(kept), 3),
         "errors": errors,
     }
 
@@ -176,9 +197,13 @@ async def compare(args: argparse.Namespace, a: Side, b: Side) -> dict[str, Any]:
         side.prepared.server.start()
     for side in (a, b):
         await side.prepared.server.wait_healthy(cap(side.run.args, 180))
+    seeded = []
     for side in (a, b):  # the same decisions, in the same order, on each
         stats = await seed(side.run, Generator(seed=args.seed), args.size, args.size)
         log(f"[{side.name}] seeded {stats.recorded} decisions, {stats.reviewed} reviewed")
+        seeded.append((stats.recorded, stats.reviewed))
+    if seeded[0] != seeded[1]:
+        raise BenchError(f"the two sides were not seeded alike: {seeded[0]} and {seeded[1]}")
     report: dict[str, Any] = {
         "size": args.size,
         "database": a.prepared.database.split(":")[0],
@@ -216,8 +241,14 @@ async def compare(args: argparse.Namespace, a: Side, b: Side) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # As bench.run: SIGTERM behaves like Ctrl-C, so the cleanup below runs.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     out = args.out or REPO_ROOT / "bench" / "results" / f"compare-{int(time.time())}.json"
-    base = run_args(["--sizes", str(args.size), "--seed", str(args.seed)])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # One seeding batch at a time: the ids come back in the order sent, so the reviews (chosen
+    # by position) fall on the same decisions on both sides.
+    base = run_args(["--sizes", str(args.size), "--seed", str(args.seed), "--seed-inflight", "1"])
     sides = []
     try:
         for letter in ("a", "b"):
@@ -239,11 +270,12 @@ def main(argv: list[str] | None = None) -> int:
         log("interrupted")
         return 130
     finally:
-        for side in sides:
-            side.prepared.server.stop()
-            side.prepared.drop_database(args.database_url, log)
-            side.prepared.finish(out.with_name(f"{out.stem}-{side.name}.json"), False, log)
-    out.parent.mkdir(parents=True, exist_ok=True)
+        for side in sides:  # each side's cleanup whatever happened to the other's
+            try:
+                side.prepared.server.stop()
+            finally:
+                side.prepared.drop_database(args.database_url, log)
+                side.prepared.finish(out.with_name(f"{out.stem}-{side.name}.json"), False, log)
     out.write_text(json.dumps(report, indent=2) + "\n", "utf-8")
     print(render(report))
     log(f"[result] {out}")
