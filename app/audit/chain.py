@@ -199,13 +199,19 @@ def _append_at_commit(
     them; when another appender took the next ``seq`` since, read the head and link after
     it. The head left is put in ``new_head``."""
     rows = link(known if known is not None else _sqlite_head(conn), entries, secret)
+    # executemany is not atomic across its rows: under a savepoint, a failure leaves none, so
+    # a taken ``seq`` afterwards can only be another appender's.
+    conn.execute("SAVEPOINT cstp_chain")
     try:
         conn.executemany(_SQLITE_INSERT, [tuple(r[c] for c in _COLUMNS) for r in rows])
     except sqlite3.IntegrityError:
+        conn.execute("ROLLBACK TO cstp_chain")
         if known is None or conn.execute(_SQLITE_TAKEN, (rows[0]["seq"],)).fetchone() is None:
             raise  # not a stale head: some other constraint (a row chained twice)
         rows = link(_sqlite_head(conn), entries, secret)
         conn.executemany(_SQLITE_INSERT, [tuple(r[c] for c in _COLUMNS) for r in rows])
+    finally:
+        conn.execute("RELEASE cstp_chain")
     new_head.append((rows[-1]["seq"], rows[-1]["hash"]))
 
 

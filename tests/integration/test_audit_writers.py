@@ -13,10 +13,14 @@ import asyncio
 import itertools
 from pathlib import Path
 
+import pytest
+from sqlalchemy.exc import IntegrityError
 from test_audit_chain import coverage, decision, settings_for, verify
 
 from app.asgi import create_app
-from app.audit.chain import GENESIS
+from app.audit.canonical import Covered
+from app.audit.chain import GENESIS, append, use_key
+from app.db.engine import Database
 from app.search.embedder import Embedder
 from support.app import Rpc, serve_app
 from support.databases import run_sql
@@ -57,3 +61,29 @@ async def test_two_writers_take_turns_on_one_chain(
     assert all(n["prev_hash"] == p["hash"] for p, n in itertools.pairwise(chained))
     code, found, output = await verify(database_url)
     assert (code, found) == (0, []), output
+
+
+async def test_a_row_chained_twice_fails_the_commit_and_the_chain_goes_on_after_it(
+    database_url: str,
+) -> None:
+    """A constraint of the chain itself (one entry per row) is not a stale head: the commit
+    fails with nothing of the transaction stored, and the next append links after the last
+    committed entry, not after the refused ones."""
+    db = Database(database_url)
+    use_key(db.write_engine, None)
+    try:
+        async with db.transaction() as session:
+            append(session, Covered("intents", "row-1", "1" * 64))
+        with pytest.raises(IntegrityError):
+            async with db.transaction() as session:
+                append(session, Covered("intents", "row-2", "2" * 64))
+                append(session, Covered("intents", "row-2", "3" * 64))
+        async with db.transaction() as session:
+            append(session, Covered("intents", "row-3", "4" * 64))
+    finally:
+        await db.dispose()
+    chained = await run_sql(
+        database_url, "SELECT seq, row_id, prev_hash, hash FROM audit_chain ORDER BY seq"
+    )
+    assert [(r["seq"], r["row_id"]) for r in chained] == [(1, "row-1"), (2, "row-3")]
+    assert chained[0]["prev_hash"] == GENESIS and chained[1]["prev_hash"] == chained[0]["hash"]
