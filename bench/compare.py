@@ -177,7 +177,7 @@ def render(report: dict[str, Any]) -> str:
         f"{b}: {report['b']['commit']} {report['b']['settings'] or ''}".rstrip(),
         f"{report['size']:,} decisions, {report['database']}, one client, calls paired",
         "",
-        f"| call | {a} p50 | {b} p50 | {b} - {a}, median of pairs [95%] | {b} slower in |",
+        f"| call | {a} p50 | {b} p50 | {b} - {a}, median [95%] | {b} slower in |",
         "|---|---|---|---|---|",
     ]
     for row in report["methods"]:

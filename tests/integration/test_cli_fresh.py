@@ -219,18 +219,26 @@ def _journal(root: Path, count: int) -> Path:
 # newest revision when the command uses it), else the fragment its one line must hold.
 UPGRADE = "run `cstp db upgrade`"
 NEWER = f"revision {UNKNOWN}, which this version of cstp does not know"
+# A command that reads and never migrates: only a database at the newest revision will do.
+AT_HEAD_ONLY: dict[str, str | None] = {
+    "fresh": UPGRADE,
+    "empty": UPGRADE,
+    "older": UPGRADE,
+    "newer": NEWER,
+}
+# A command that brings a new database to the newest revision, as serve does.
+MIGRATES_A_NEW_ONE: dict[str, str | None] = {
+    "fresh": None,
+    "empty": None,
+    "older": UPGRADE,
+    "newer": NEWER,
+}
 COMMANDS: dict[str, tuple[list[str], dict[str, str | None]]] = {
-    "export": (["export"], {"fresh": None, "empty": None, "older": UPGRADE, "newer": NEWER}),
-    "reindex": (["reindex"], {"fresh": None, "empty": None, "older": UPGRADE, "newer": NEWER}),
-    "outbox": (["outbox"], {"fresh": None, "empty": None, "older": UPGRADE, "newer": NEWER}),
-    "outbox retry": (
-        ["outbox", "retry"],
-        {"fresh": None, "empty": None, "older": UPGRADE, "newer": NEWER},
-    ),
-    "outbox drain": (
-        ["outbox", "drain"],
-        {"fresh": None, "empty": None, "older": UPGRADE, "newer": NEWER},
-    ),
+    "export": (["export"], MIGRATES_A_NEW_ONE),
+    "reindex": (["reindex"], MIGRATES_A_NEW_ONE),
+    "outbox": (["outbox"], MIGRATES_A_NEW_ONE),
+    "outbox retry": (["outbox", "retry"], MIGRATES_A_NEW_ONE),
+    "outbox drain": (["outbox", "drain"], MIGRATES_A_NEW_ONE),
     "db upgrade": (
         ["db", "upgrade"],
         {"fresh": None, "empty": None, "older": None, "newer": NEWER},
@@ -247,22 +255,10 @@ COMMANDS: dict[str, tuple[list[str], dict[str, str | None]]] = {
     "db current": (["db", "current"], {"fresh": None, "empty": None, "older": None, "newer": None}),
     # The auditor's commands read and never migrate: on a database not at the newest revision
     # they say what to run (and create nothing).
-    "audit checkpoint": (
-        ["audit", "checkpoint"],
-        {"fresh": UPGRADE, "empty": UPGRADE, "older": UPGRADE, "newer": NEWER},
-    ),
-    "audit verify": (
-        ["audit", "verify"],
-        {"fresh": UPGRADE, "empty": UPGRADE, "older": UPGRADE, "newer": NEWER},
-    ),
-    "guardrails replay": (
-        ["guardrails", "replay", "1"],
-        {"fresh": UPGRADE, "empty": UPGRADE, "older": UPGRADE, "newer": NEWER},
-    ),
-    "db check": (
-        ["db", "check"],
-        {"fresh": UPGRADE, "empty": UPGRADE, "older": UPGRADE, "newer": NEWER},
-    ),
+    "audit checkpoint": (["audit", "checkpoint"], AT_HEAD_ONLY),
+    "audit verify": (["audit", "verify"], AT_HEAD_ONLY),
+    "guardrails replay": (["guardrails", "replay", "1"], AT_HEAD_ONLY),
+    "db check": (["db", "check"], AT_HEAD_ONLY),
 }
 # What the database is at after a command that succeeded (None: unchanged).
 AFTER = {"db downgrade": FIRST, "db current": None}
