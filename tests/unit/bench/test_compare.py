@@ -1,5 +1,6 @@
 """bench.compare's pairing: each call goes to both sides in alternating order, and the figure
-reported is the median of the per-call differences, which a drift common to both cancels."""
+reported is the median over blocks of two pairs (one A-first, one B-first), in which a drift
+common to both sides and the cost of going second both cancel."""
 
 from __future__ import annotations
 
