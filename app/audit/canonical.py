@@ -22,10 +22,11 @@ name (code point order), strings escaped only where JSON requires (``"``, ``\\``
 characters; ``\\n``, ``\\r``, ``\\t``, ``\\b``, ``\\f`` short forms, others as ``\\u00XX``),
 everything else as UTF-8. The digest is the SHA-256 of those bytes, in lower-case hex.
 
-The column lists are fixed here, not read from the schema: a column added to a table later is
-not covered until a new format says so, and the digests of the rows already chained stay
-valid. Review columns of ``decisions`` (``status``, ``outcome``, ``reviewed_*``, …) change with
-every review and are left out: each review is a ``decision_reviews`` row of its own.
+The column lists are fixed (app.audit.tables), not read from the schema: a column added to a
+table later is not covered until a new format says so, and the digests of the rows already
+chained stay valid. Review columns of ``decisions`` (``status``, ``outcome``, ``reviewed_*``,
+…) change with every review and are left out: each review is a ``decision_reviews`` row of its
+own.
 
 The same code computes the form when a row is appended (from the values being inserted) and
 when it is verified (from the values read back), on SQLite and Postgres alike: every value
@@ -41,7 +42,6 @@ import itertools
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -49,183 +49,40 @@ from sqlalchemy import JSON, Boolean, Connection, Float, Integer, Table, inspect
 from sqlalchemy.types import TypeEngine
 
 from app.db.base import Base, UtcDateTime, table_of
-from app.db.decisions import Decision, DecisionReason, DecisionReview, DecisionTag
-from app.db.guardrails import GuardrailEvaluation, GuardrailRuleResult
-from app.db.intents import Intent, IntentMatch
 
-FORMAT = 1
-"""The canonical form's format: the column lists below. Any change to them is a new format."""
-
-
-@dataclass(frozen=True)
-class Child:
-    table: Table
-    parent: str  # the column that names the parent row
-    columns: tuple[str, ...]
-    order: tuple[str, ...]  # the natural key the rows are ordered by
-
-
-@dataclass(frozen=True)
-class Audited:
-    """An audited table: its key, creation time, covered columns and child tables."""
-
-    table: Table
-    key: str
-    time: str  # the column that says when the row was created
-    columns: tuple[str, ...]
-    children: tuple[Child, ...] = ()
-
-    @property
-    def name(self) -> str:
-        return self.table.name
-
-
-INTENTS = Audited(
-    table_of(Intent),
-    "id",
-    "received_at",
-    (
-        "id",
-        "correlation_id",
-        "agent",
-        "received_at",
-        "outcome",
-        "error_code",
-        "intent",
-        "context",
-        "category",
-        "stakes",
-        "confidence",
-        "metadata",
-        "claimed_agent",
-        "request_hash",
-        "allowed",
-        "evaluation_id",
-        "similar_found",
-        "response",
-    ),
-    (
-        Child(
-            table_of(IntentMatch),
-            "intent_id",
-            ("decision_id", "rank", "distance", "outcome"),
-            ("rank",),
-        ),
-    ),
-)
-EVALUATIONS = Audited(
-    table_of(GuardrailEvaluation),
-    "id",
-    "evaluated_at",
-    (
-        "id",
-        "agent",
-        "source",
-        "evaluated_at",
-        "description",
-        "category",
-        "stakes",
-        "confidence",
-        "project",
-        "facts",
-        "allowed",
-        "evaluated",
-        "violations",
-        "warnings",
-        "rule_set_version",
-        "rule_set_hash",
-    ),
-    (
-        Child(
-            table_of(GuardrailRuleResult),
-            "evaluation_id",
-            (
-                "guardrail_id",
-                "severity",
-                "mode",
-                "fired",
-                "would_block",
-                "would_warn",
-                "message",
-                "error",
-            ),
-            ("guardrail_id",),
-        ),
-    ),
-)
-DECISIONS = Audited(
-    table_of(Decision),
-    "id",
-    "created_at",
-    (
-        "id",
-        "summary",
-        "decision",
-        "category",
-        "confidence",
-        "stakes",
-        "created_at",
-        "recorded_by",
-        "context",
-        "mental_state",
-        "review_in",
-        "review_by",
-        "kpi_indicators",
-        "pre_query_run",
-        "pre_similar_found",
-        "pre_guardrails_checked",
-        "pre_guardrails_passed",
-        "project",
-        "feature",
-        "pr",
-        "file",
-        "line",
-        "commit",
-        "intent_id",
-        "correlation_id",
-        "guardrail_evaluation_id",
-    ),
-    (
-        Child(
-            table_of(DecisionReason),
-            "decision_id",
-            ("position", "type", "text", "strength"),
-            ("position",),
-        ),
-        Child(table_of(DecisionTag), "decision_id", ("tag", "position"), ("position", "tag")),
-    ),
-)
-REVIEWS = Audited(
-    table_of(DecisionReview),
-    "id",
-    "reviewed_at",
-    (
-        "id",
-        "decision_id",
-        "outcome",
-        "actual_result",
-        "lessons",
-        "notes",
-        "affected_kpis",
-        "reviewed_by",
-        "reviewed_at",
-    ),
+from .tables import (
+    AUDITED,
+    DECISIONS,
+    EVALUATIONS,
+    FORMAT,
+    INTENTS,
+    REVIEWS,
+    Audited,
+    Child,
+    Covered,
 )
 
-AUDITED: dict[str, Audited] = {a.name: a for a in (EVALUATIONS, INTENTS, DECISIONS, REVIEWS)}
-"""Every audited table, by name; in the order rows created at the same instant are chained
-by the migration that built the chain over existing rows (an evaluation before the intent or
-decision that refers to it)."""
-
-
-@dataclass(frozen=True)
-class Covered:
-    """What one chain entry covers: a row (table and key, as text) and its digest."""
-
-    table: str
-    row_id: str
-    digest: str
-
+__all__ = [  # the tables are re-exported: callers read them as canonical.AUDITED etc.
+    "AUDITED",
+    "DECISIONS",
+    "EVALUATIONS",
+    "FORMAT",
+    "INTENTS",
+    "REVIEWS",
+    "Audited",
+    "Child",
+    "Covered",
+    "covered",
+    "covered_object",
+    "digest_of",
+    "digests",
+    "document",
+    "encode",
+    "iso_utc",
+    "key_values",
+    "load",
+    "value_of",
+]
 
 # ---- values -----------------------------------------------------------------------------------
 
