@@ -1,10 +1,12 @@
-"""Where recordDecision's CPU goes under load: ``python -m bench.cpu [--clients 8] [...]``.
+"""Where a method's CPU goes under load: ``python -m bench.cpu [--method announceIntent]
+[--corpus 1000] [--clients 8] [...]``.
 
 A focused probe, not the benchmark: it starts the real server (``cstp serve``) on a free
 127.0.0.1 port with an empty, fresh data directory (SQLite, or with ``--database-url`` a fresh
-Postgres database that is dropped afterwards), sends warm-up calls and then
-``--calls`` recordDecision calls from ``--clients`` concurrent clients (the harness's own
-client and generator), and reports:
+Postgres database that is dropped afterwards), records ``--corpus`` decisions first (none by
+default), sends warm-up calls and then ``--calls`` calls of ``--method`` (recordDecision by
+default) from ``--clients`` concurrent clients (the harness's own client and generator), and
+reports:
 
 - for the measured calls: ok/s, errors by kind, latency p50/p99;
 - over the warm-up and the measured calls together: the server's CPU time per call (all its
@@ -45,7 +47,7 @@ from bench.server import (
 )
 from bench.stats import summarize
 
-METHOD = "cstp.recordDecision"
+METHODS = ("recordDecision", "announceIntent", "queryDecisions", "checkGuardrails")
 START_CAP_S = 180.0
 
 
@@ -88,6 +90,12 @@ def machine_ticks() -> list[int]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.cpu", description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--method", choices=METHODS, default="recordDecision", help="(default recordDecision)"
+    )
+    p.add_argument(
+        "--corpus", type=int, default=0, help="decisions recorded before the probe (default 0)"
+    )
     p.add_argument("--clients", type=int, default=8, help="concurrent clients (default 8)")
     p.add_argument("--calls", type=int, default=400, help="measured calls (default 400)")
     p.add_argument("--warmup", type=int, default=40, help="warm-up calls (default 40)")
@@ -99,8 +107,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "cstp_bench_<random> is created on that server and dropped afterwards",
     )
     args = p.parse_args(argv)
-    if args.clients < 1 or args.calls < 1 or args.warmup < 0:
-        p.error("--clients and --calls must be at least 1, --warmup at least 0")
+    if args.clients < 1 or args.calls < 1 or args.warmup < 0 or args.corpus < 0:
+        p.error("--clients and --calls must be at least 1, --warmup and --corpus at least 0")
     if args.database_url:
         try:
             check_database_url(args.database_url)
@@ -114,14 +122,28 @@ async def probe(args: argparse.Namespace, server: ServerProcess, token: str) -> 
     assert server.proc is not None
     pid = server.proc.pid
     generator = Generator(seed=args.seed)
-    warmup = [generator.record_params() for _ in range(max(args.warmup, 2 * args.clients))]
-    calls = [generator.record_params() for _ in range(args.calls)]
+    if args.corpus:
+        corpus = [generator.record_params() for _ in range(args.corpus)]
+        seeded = await measure_method(
+            server.base_url, token, "cstp.recordDecision", corpus, [], 8, 60 + args.corpus, 30
+        )
+        if seeded.ok_count() != args.corpus:
+            raise BenchError(f"seeding the corpus failed: {seeded.errors()}")
+    method = f"cstp.{args.method}"
+    make = {
+        "recordDecision": generator.record_params,
+        "announceIntent": generator.intent_params,
+        "queryDecisions": generator.query_params,
+        "checkGuardrails": generator.guardrail_params,
+    }[args.method]
+    warmup = [make() for _ in range(max(args.warmup, 2 * args.clients))]
+    calls = [make() for _ in range(args.calls)]
     threads_before, ticks_before, pg_before = thread_cpu(pid), machine_ticks(), postgres_cpu()
     own_before, wall_before = time.process_time(), time.perf_counter()
     run = await measure_method(
         server.base_url,
         token,
-        METHOD,
+        method,
         calls,
         warmup,
         args.clients,
@@ -142,7 +164,7 @@ async def probe(args: argparse.Namespace, server: ServerProcess, token: str) -> 
     ok = run.ok_count()
     latency = summarize([o.latency_ms for _, o in run.outcomes if o.ok])
     lines = [
-        f"{METHOD} x{args.clients}: {ok}/{args.calls} ok, errors {run.errors() or 'none'}, "
+        f"{method} x{args.clients}: {ok}/{args.calls} ok, errors {run.errors() or 'none'}, "
         f"{ok / run.elapsed_s:.1f} ok/s, p50 {latency['p50']} ms, p99 {latency['p99']} ms",
         f"window {wall:.1f} s ({n_all} calls, warm-up included): server CPU "
         f"{server_cpu / n_all * 1000:.1f} ms per call ({server_cpu / wall:.2f} cores), "
