@@ -13,7 +13,8 @@ lock, one read of the head and one INSERT, whatever the number of entries:
   it before (committed when it let go). The lock is held until this transaction ends: for
   the INSERT and the COMMIT.
 - SQLite: a write transaction already holds the database's only write lock (``BEGIN
-  IMMEDIATE``), so the head needs no lock of its own. Each engine remembers the head its last
+  IMMEDIATE``), so the head needs no lock of its own. Each of the server's engines
+  (app.db.sqlite_driver; any other engine reads the head) remembers the head its last
   committed append left, and appends after it without reading it: ``seq`` is the primary key
   and has no gaps, so when another engine or process appended since, the first entry's
   ``seq`` is taken and the INSERT fails as a whole (nothing written); the head is then read
@@ -38,7 +39,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, event, insert, select, text
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
 
@@ -158,22 +158,6 @@ def write(conn: Connection, entries: Sequence[Covered], secret: bytes | None) ->
     return rows[-1]["seq"], rows[-1]["hash"]
 
 
-def _write_after(
-    conn: Connection, known: tuple[int, str], entries: Sequence[Covered], secret: bytes | None
-) -> tuple[int, str] | None:
-    """SQLite: insert ``entries`` after ``known``, the head this engine last left; None
-    (nothing written) when another appender has taken the next ``seq`` since."""
-    rows = link(known, entries, secret)
-    try:
-        conn.execute(_INSERT, rows)
-    except IntegrityError:
-        taken = conn.execute(select(CHAIN.c.seq).where(CHAIN.c.seq == rows[0]["seq"])).first()
-        if taken is None:
-            raise  # not a stale head: some other constraint (a row chained twice)
-        return None
-    return rows[-1]["seq"], rows[-1]["hash"]
-
-
 _COLUMNS = ("seq", "table_name", "row_id", "digest", "prev_hash", "hash", "keyed")
 _SQLITE_INSERT = (
     f"INSERT INTO {CHAIN.name} ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
@@ -231,15 +215,19 @@ def _write_pending(session: Session) -> None:
     if conn.dialect.name != "sqlite":
         new_head.append(write(conn, entries, secret))
         return
-    known = _heads.get(conn.engine)
     driver: Any = conn.connection.dbapi_connection  # typed as the DBAPI protocol
     if isinstance(driver, OneHopConnection):  # the server's engines: in the COMMIT's hand-off
+        known = _heads.get(conn.engine)
         driver.run_before_commit(
             functools.partial(_append_at_commit, known, entries, secret, new_head)
         )
         return
-    written = None if known is None else _write_after(conn, known, entries, secret)
-    new_head.append(written if written is not None else write(conn, entries, secret))
+    # Any other SQLite engine (a script's own): read the head and insert after it. The
+    # transaction has written the rows it covers, so it holds the database's only write lock
+    # and nobody appends in between; had it written nothing yet, and another connection
+    # appended since its first read, SQLite refuses the INSERT (a busy snapshot in WAL mode)
+    # and the commit fails rather than forking the chain.
+    new_head.append(write(conn, entries, secret))
 
 
 @event.listens_for(Session, "after_commit")
