@@ -4,7 +4,7 @@ full-text index) or both (hybrid, the default); the database has the last word.
 Semantic: the vector hits are read from SQL (the source of truth) and checked against every
 filter there, so a stale index entry (say, a review not yet re-indexed) can never leak a
 result that breaks a filter; when the nearest hits hold too few matches, the filters are
-pushed down into Chroma, so a top-k search never loses a match (see ``_semantic``).
+pushed down into Chroma, so a top-k search never loses a match (see ``semantic.nearest``).
 Keyword: one SQL statement ranks the decisions that match and applies every filter
 (``app.search.keyword``). Hybrid: both sides' best candidates, merged by
 ``app.search.fusion``; the keyword statement runs while the query is embedded.
@@ -26,9 +26,10 @@ from app.errors import query_failed
 from app.operations.context import CallContext
 from app.operations.params import parse_timestamp
 
-from . import filter_sql, fusion, keyword
-from .filters import SearchFilters, matches, to_where
+from . import filter_sql, fusion, keyword, semantic
+from .filters import SearchFilters
 from .schemas import QueryDecisionsParams, QueryFiltersIn
+from .semantic import Match
 from .types import Hit, IndexUnavailable
 
 Mode = Literal["semantic", "keyword", "hybrid"]
@@ -40,23 +41,6 @@ DEFAULT_MODE: Mode = "hybrid"
 
 def default_mode(ctx: CallContext) -> Mode:
     return MODES.get(ctx.services.settings.retrieval_mode, DEFAULT_MODE)
-
-
-OVERFETCH = 10  # extra hits asked of the index, in case some are stale and dropped
-PROBE = 4  # a filtered search first looks this many times further, unfiltered
-WIDEN = 8  # and then, when that held too few matches, this many times further still
-EXACT_AT_MOST = 200  # matches few enough to rank exactly from their stored vectors
-
-
-@dataclass(frozen=True)
-class Match:
-    """A result: ``distance`` is the cosine distance (0 = same meaning), None for a
-    decision the vector side did not find (unless every distance was asked for); ``score``
-    is what the results are ordered by (see ``query_decisions``)."""
-
-    decision: repository.Brief
-    distance: float | None
-    score: float
 
 
 @dataclass(frozen=True)
@@ -151,8 +135,8 @@ async def find(
                 found = await _with_distances(ctx, vector, found)
             return found
         if mode == "semantic":
-            vector, hits = await _probe(ctx, text, filters, limit)
-            return await _semantic(ctx, vector, hits, filters, limit, tags, reasons)
+            vector, hits = await semantic.probe(ctx, text, filters, limit)
+            return await semantic.nearest(ctx, vector, hits, filters, limit, tags, reasons)
         return await _hybrid(ctx, text, filters, limit, tags, reasons, distances)
     except IndexUnavailable:
         raise query_failed() from None
@@ -173,147 +157,6 @@ async def _with_distances(ctx: CallContext, vector: list[float], found: list[Mat
     ]
 
 
-# ---------------------------------------------------------------- semantic
-
-
-async def _probe(
-    ctx: CallContext, text: str, filters: SearchFilters, limit: int
-) -> tuple[list[float], list[Hit]]:
-    """The query's vector and the index's first answer, in one trip to a worker thread:
-    the nearest ``limit + OVERFETCH``, or PROBE times as many when filtered (see
-    ``_semantic``). Ids and distances only: reading Chroma's metadata costs more than the
-    nearest-neighbour search itself (top-60 at 10,000 decisions: 3.7 ms with metadata, 1.1
-    ms without), and SQL has the last word on every filter anyway."""
-    wanted = limit + OVERFETCH
-    first = wanted if filters.is_empty() else wanted * PROBE
-    return await ctx.services.index.query_text(text, limit=first, metadata=False)
-
-
-async def _semantic(
-    ctx: CallContext,
-    vector: list[float],
-    hits: list[Hit],
-    filters: SearchFilters,
-    limit: int,
-    tags: bool,
-    reasons: bool,
-) -> list[Match]:
-    """The nearest decisions satisfying every filter, from the probe's hits. A filtered
-    search keeps the probe's hits whose rows match: when that yields ``limit`` results, or
-    the probe saw the whole collection, they are exactly the filtered query's results.
-    Otherwise it looks further: ``_wider``, then ``_by_filter``. Raises IndexUnavailable."""
-    wanted = limit + OVERFETCH
-    if not filters.is_empty():
-        found = await _verified(ctx, hits, filters, limit, tags, reasons)
-        if len(found) == limit or len(hits) < wanted * PROBE:
-            return found
-        hits, complete = await _wider(ctx, vector, wanted * PROBE)
-        if not complete:
-            found = await _verified(ctx, hits, filters, limit, tags, reasons)
-            if len(found) == limit:
-                return found
-            hits = await _by_filter(ctx, vector, filters, wanted)
-    return await _verified(ctx, hits, filters, limit, tags, reasons)
-
-
-# A filtered search whose probe held too few matches looks further. Chroma pre-filters a
-# ``where`` query by scanning metadata, which grows with the collection whatever the filter
-# (~9 ms at 10,000 decisions, ~110 ms at 100,000 even for a filter that 500 decisions
-# match), so that comes last: first the ``WIDEN`` x nearest, unfiltered (~6 ms for 480 at
-# 100,000); then, when SQL finds at most ``EXACT_AT_MOST`` decisions that satisfy the
-# filters, those, ranked exactly from their stored vectors (read by id, ~55 µs a vector).
-
-
-async def _wider(ctx: CallContext, vector: list[float], probed: int) -> tuple[list[Hit], bool]:
-    """The ``WIDEN`` x ``probed`` nearest, unfiltered, and whether they are the whole
-    collection (then every match is among them)."""
-    asked = probed * WIDEN
-    hits = await ctx.services.index.query_vector(vector, limit=asked, metadata=False)
-    return hits, len(hits) < asked
-
-
-async def _by_filter(
-    ctx: CallContext, vector: list[float], filters: SearchFilters, limit: int
-) -> list[Hit]:
-    """The nearest ``limit`` indexed decisions that satisfy ``filters``: every one of them
-    when SQL finds at most ``EXACT_AT_MOST``, ranked by their stored vectors; else the index's
-    own filtered query."""
-    index = ctx.services.index
-    ids = await ctx.services.db.read(
-        functools.partial(filter_sql.matching_ids, f=filters, cap=EXACT_AT_MOST + 1),
-        session=ctx.session,
-    )
-    if len(ids) > EXACT_AT_MOST:
-        return await index.query_vector(
-            vector, where=to_where(filters), limit=limit, metadata=False
-        )
-    known = await index.distances(vector, ids)
-    ranked = sorted(known.items(), key=lambda item: (item[1], item[0]))[:limit]
-    return [Hit(i, max(0.0, distance), {}) for i, distance in ranked]
-
-
-async def _verified(
-    ctx: CallContext,
-    hits: list[Hit],
-    filters: SearchFilters,
-    limit: int,
-    tags: bool,
-    reasons: bool,
-) -> list[Match]:
-    """The hits whose row in SQL (the source of truth) satisfies the filters, in order.
-
-    Read by ``Database.read``: on SQLite in a read transaction of its own (a write method,
-    announceIntent, must not hold the write lock while it searches), on Postgres in the
-    call's own transaction (fewer round trips)."""
-    return await ctx.services.db.read(
-        functools.partial(
-            _read_verified, hits=hits, filters=filters, limit=limit, tags=tags, reasons=reasons
-        ),
-        session=ctx.session,
-    )
-
-
-def _read_verified(
-    conn: Connection,
-    *,
-    hits: list[Hit],
-    filters: SearchFilters,
-    limit: int,
-    tags: bool,
-    reasons: bool,
-) -> list[Match]:
-    """Rows are read as plain column values (``repository.Brief``). Unfiltered, nearly every
-    hit is kept, so rows are read ``limit`` at a time (doubling); filtered, the whole list is
-    read at once, one statement instead of several. Tags are read before the check only when
-    a filter needs them, else only for the results."""
-    found: list[Match] = []
-    filtered = not filters.is_empty()
-    start, chunk = 0, max(1, len(hits) if filtered else limit)
-    while start < len(hits) and len(found) < limit:
-        batch = hits[start : start + chunk]
-        start, chunk = start + chunk, chunk * 2
-        rows = repository.load_briefs(conn, [h.id for h in batch])
-        if filters.tags:
-            repository.add_tags(conn, list(rows.values()))
-        for hit in batch:
-            row = rows.get(hit.id)
-            if row is None or (filtered and not matches(filters, document.index_metadata(row))):
-                continue
-            distance = max(0.0, hit.distance)
-            found.append(Match(row, distance, 1.0 - distance))
-            if len(found) == limit:
-                break
-    _complete(conn, [f.decision for f in found], tags and not filters.tags, reasons)
-    return found
-
-
-def _complete(conn: Connection, briefs: list[repository.Brief], tags: bool, reasons: bool) -> None:
-    if tags:
-        repository.add_tags(conn, briefs)
-    if reasons:
-        repository.add_reasons(conn, briefs)
-
-
 # ---------------------------------------------------------------- keyword
 
 
@@ -327,7 +170,7 @@ def _read_keyword(
     reasons: bool,
 ) -> list[Match]:
     hits = keyword.search(conn, text, filters, limit)
-    _complete(conn, [h.decision for h in hits], tags, reasons)
+    semantic.complete(conn, [h.decision for h in hits], tags, reasons)
     return [Match(h.decision, None, h.score) for h in hits]
 
 
@@ -351,9 +194,9 @@ async def _hybrid(
     wide as a semantic search's (PROBE times its limit and overfetch); when it held fewer
     than ``limit`` matches, the search looks further, as a semantic search does.
     Raises IndexUnavailable."""
-    depth = max(fusion.DEPTH, limit + OVERFETCH)
+    depth = max(fusion.DEPTH, limit + semantic.OVERFETCH)
     filtered = not filters.is_empty()
-    first = (limit + OVERFETCH) * PROBE if filtered else depth
+    first = (limit + semantic.OVERFETCH) * semantic.PROBE if filtered else depth
     index, db = ctx.services.index, ctx.services.db
     probe = asyncio.ensure_future(index.query_text(text, limit=first, metadata=False))
     await asyncio.sleep(0)  # the probe reaches its worker thread before the read below
@@ -380,13 +223,13 @@ async def _hybrid(
         functools.partial(merge, hits=hits, enough=not filtered or len(hits) < first),
         session=ctx.session,
     )
-    if found is None:  # too few matches among the probe's hits: look further, as _semantic
-        hits, complete = await _wider(ctx, vector, first)
+    if found is None:  # too few matches among the probe's hits: look further, as nearest
+        hits, complete = await semantic.wider(ctx, vector, first)
         found = await db.read(
             functools.partial(merge, hits=hits, enough=complete), session=ctx.session
         )
     if found is None:
-        hits = await _by_filter(ctx, vector, filters, depth + OVERFETCH)
+        hits = await semantic.by_filter(ctx, vector, filters, depth + semantic.OVERFETCH)
         found = await db.read(functools.partial(merge, hits=hits, enough=True), session=ctx.session)
     assert found is not None  # enough=True always merges
     if distances:
@@ -422,7 +265,7 @@ def _read_hybrid(
         Match(replace(briefs[m.id], tag_names=[], reasons=[]), m.distance, m.score)
         for m in merged[:limit]
     ]
-    _complete(conn, [m.decision for m in found], tags, reasons)
+    semantic.complete(conn, [m.decision for m in found], tags, reasons)
     return found
 
 

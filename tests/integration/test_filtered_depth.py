@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-import app.search.service as search
+import app.search.semantic as search
 from support.app import Rpc
 
 QUERY = "roll out the login service"

@@ -645,7 +645,7 @@ async def test_a_rare_filter_match_beyond_the_unfiltered_probe_is_found(rpc: Rpc
     )
     assert [d["id"] for d in found["decisions"]] == [far["id"]]
     # the far decision is beyond what the probe saw, so the filtered query found it
-    from app.search.service import OVERFETCH, PROBE
+    from app.search.semantic import OVERFETCH, PROBE
 
     probe = (1 + OVERFETCH) * PROBE
     unfiltered = await rpc.ok(
