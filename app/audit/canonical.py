@@ -153,11 +153,14 @@ def value_of(value: Any, type_: TypeEngine[Any]) -> Any:
     return None if value is None else _conversion(type_)(value)
 
 
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
 def encode(document: Any) -> bytes:
     """Compact, sorted-key JSON in UTF-8: the bytes that are hashed."""
-    return json.dumps(
-        document, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    return _ENCODER.encode(document).encode("utf-8")
 
 
 def digest_of(document: Any) -> str:
@@ -167,25 +170,37 @@ def digest_of(document: Any) -> str:
 # ---- documents --------------------------------------------------------------------------------
 
 
+# A value already of its column's plain type is its own canonical value: kept as it is,
+# without a call (a digest is computed on every audited write).
+_KEPT_TYPE: dict[Callable[[Any], Any], type] = {_str: str, _int: int, _bool: bool}
+
+
 @functools.cache
 def _conversions(
     table: Table, columns: tuple[str, ...]
-) -> tuple[tuple[str, Callable[[Any], Any]], ...]:
-    """Each column with its conversion, worked out once per table (rows are digested on every
-    audited write)."""
-    return tuple((c, _conversion(table.c[c].type)) for c in columns)
+) -> tuple[tuple[str, Callable[[Any], Any], type | None], ...]:
+    """Each column with its conversion and the type a value needs none for, worked out once
+    per table."""
+    found = []
+    for c in columns:
+        convert = _conversion(table.c[c].type)
+        found.append((c, convert, _KEPT_TYPE.get(convert)))
+    return tuple(found)
 
 
 def _row(table: Table, columns: tuple[str, ...], values: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        c: None if (v := values.get(c)) is None else convert(v)
-        for c, convert in _conversions(table, columns)
-    }
+    out: dict[str, Any] = {}
+    get = values.get
+    for c, convert, kept in _conversions(table, columns):
+        v = get(c)
+        # exact types only: True is an int, and a str subclass may print differently
+        out[c] = v if v is None or type(v) is kept else convert(v)
+    return out
 
 
 def _natural_key(child: Child, row: dict[str, Any]) -> tuple[Any, ...]:
     # None first, then by value; numbers and strings never share a key column
-    return tuple((v is not None, v) for v in (row[c] for c in child.order))
+    return tuple([(row[c] is not None, row[c]) for c in child.order])
 
 
 def _sort_key(child: Child, row: dict[str, Any]) -> tuple[Any, ...]:
@@ -195,10 +210,15 @@ def _sort_key(child: Child, row: dict[str, Any]) -> tuple[Any, ...]:
 
 def _sort_rows(child: Child, rows: list[dict[str, Any]]) -> None:
     """Order by ``_sort_key``; the encodings are only computed when natural keys repeat."""
-    rows.sort(key=functools.partial(_natural_key, child))
-    keys = [_natural_key(child, row) for row in rows]
-    if any(a == b for a, b in itertools.pairwise(keys)):
+    if len(rows) < 2:
+        return
+    keyed = sorted(
+        [(_natural_key(child, row), n) for n, row in enumerate(rows)], key=lambda kn: kn[0]
+    )
+    if any(a[0] == b[0] for a, b in itertools.pairwise(keyed)):
         rows.sort(key=functools.partial(_sort_key, child))
+    else:
+        rows[:] = [rows[n] for _, n in keyed]
 
 
 def document(

@@ -172,3 +172,47 @@ def test_a_checkpoint_round_trips_and_an_edit_breaks_its_mac() -> None:
     assert checkpoint_mac(key, edited.signed()) != edited.mac
     with pytest.raises(ValueError, match=r"cp\.json: not a checkpoint"):
         read_checkpoint('{"seq": 1}', "cp.json")
+
+
+def test_values_of_another_type_than_their_column_are_converted() -> None:
+    """Only a value of its column's exact type is kept as it is: True in an integer column
+    is 1, a str subclass is its str(), a number in a text column its decimal text."""
+
+    class Label(str):
+        def __str__(self) -> str:
+            return "label"
+
+    row = dict.fromkeys(canonical.EVALUATIONS.columns) | {
+        "id": "e1",
+        "violations": True,
+        "warnings": "2",
+        "agent": Label("ignored"),
+        "source": 7,
+        "allowed": 0,
+    }
+    form = canonical.document(canonical.EVALUATIONS, row)
+    assert (form["violations"], form["warnings"], form["agent"], form["source"]) == (
+        1,
+        2,
+        "label",
+        "7",
+    )
+    assert form["allowed"] is False
+
+
+def test_child_rows_with_the_same_natural_key_are_ordered_by_their_encoding() -> None:
+    evaluation = dict.fromkeys(canonical.EVALUATIONS.columns) | {"id": "e1"}
+    results = [
+        {"guardrail_id": "g", "severity": "warn", "message": "b"},
+        {"guardrail_id": "a", "severity": "block", "message": None},
+        {"guardrail_id": "g", "severity": "block", "message": "a"},
+    ]
+    for rows in (results, results[::-1]):
+        form = canonical.document(
+            canonical.EVALUATIONS, evaluation, {"guardrail_rule_results": rows}
+        )
+        assert [(r["guardrail_id"], r["severity"]) for r in form["guardrail_rule_results"]] == [
+            ("a", "block"),
+            ("g", "block"),
+            ("g", "warn"),
+        ]
