@@ -1,4 +1,5 @@
-"""The ``cstp`` command: serve, database and outbox operations (client commands: app.client).
+"""The ``cstp`` command: serve, outbox and decision-tree operations (database migrations:
+app.cli_db; the auditor's commands: app.cli_audit; client commands: app.client).
 
 Every command runs through ``CstpGroup`` (app.cli_support): an expected failure is one line on
 stderr and exit code 1, a bug is one line too, with its traceback only under ``cstp --debug``
@@ -19,18 +20,15 @@ from typing import Any, TypeVar
 import click
 
 from .cli_audit import audit, guardrails_replay
+from .cli_db import db
 from .cli_support import (
     CstpGroup,
     Failure,
-    SchemaState,
     debugging,
     ensure_schema,
-    known_revisions,
     load_settings,
     redact,
     run_async,
-    schema_problem,
-    schema_state,
 )
 from .client import register_client_commands
 from .config import ConfigError, Settings
@@ -121,89 +119,6 @@ def _preflight(settings: Settings) -> None:
 
     check_rate_limits(settings, build_registry())
     load_rules(rule_dirs(settings.guardrails_dir))
-
-
-@main.group()
-def db() -> None:
-    """Schema migrations (Alembic)."""
-
-
-async def _migrate(
-    url: str, state: SchemaState, action: Callable[[], Awaitable[None]]
-) -> str | None:
-    """Run ``action`` (an upgrade or a downgrade) unless the database, in ``state``, is not
-    one this version can migrate (``schema_problem``); returns its revision after."""
-    from .db import migrate
-
-    problem = schema_problem(url, state)
-    if problem:
-        raise Failure(problem)
-    await action()
-    return await migrate.current(url)
-
-
-@db.command("upgrade")
-@click.argument("revision", default="head")
-def db_upgrade(revision: str) -> None:
-    """Upgrade the database to REVISION (default: head); creates a new one."""
-    from .db import migrate
-
-    url = load_settings().database_url
-
-    async def go() -> str | None:
-        return await _migrate(url, await schema_state(url), lambda: migrate.upgrade(url, revision))
-
-    click.echo(f"at {run_async(go)}")
-
-
-@db.command("downgrade")
-@click.argument("revision")
-def db_downgrade(revision: str) -> None:
-    """Downgrade the database to REVISION ('base' removes every table)."""
-    from .db import migrate
-
-    url = load_settings().database_url
-
-    async def go() -> str | None:
-        state = await schema_state(url)
-        if state.empty:  # nothing to remove (and no database file is created for nothing)
-            if revision != "base":
-                raise Failure(f"the database {redact(url)} has no tables: nothing to downgrade")
-            return None
-        return await _migrate(url, state, lambda: migrate.downgrade(url, revision))
-
-    click.echo(f"at {run_async(go)}")
-
-
-@db.command("current")
-def db_current() -> None:
-    """Show the database's revision and the newest one (creates nothing)."""
-    from .db import migrate
-
-    state = run_async(lambda: schema_state(load_settings().database_url))
-    current = state.revision or "none"
-    if state.revision is not None and state.revision not in known_revisions():
-        current += " (unknown to this version: a newer cstp migrated the database)"
-    click.echo(f"current: {current}\nhead: {migrate.head_revision()}")
-
-
-@db.command("check")
-def db_check() -> None:
-    """Fail when the models and the migrated schema differ."""
-    from .db import migrate
-
-    url = load_settings().database_url
-
-    async def check() -> list[Any]:
-        await ensure_schema(url, migrate_empty=False)
-        return await migrate.drift(url)
-
-    diffs = run_async(check)
-    if diffs:
-        for diff in diffs:
-            click.echo(f"drift: {diff}", err=True)
-        raise click.ClickException(f"{len(diffs)} difference(s) between models and schema")
-    click.echo("models and schema agree")
 
 
 def _with_services(work: Callable[[Any], Awaitable[T]]) -> T:
@@ -417,6 +332,7 @@ def _with_subcommands(listing: click.Command, *commands: click.Command) -> click
     return group
 
 
+main.add_command(db)
 main.add_command(audit)
 main.add_command(_with_subcommands(main.commands["guardrails"], guardrails_replay))
 

@@ -17,6 +17,7 @@ FACES = (
     "app.client",
     "app.cli",
     "app.cli_audit",
+    "app.cli_db",
     "app.cli_support",
     "app.asgi",
 )
