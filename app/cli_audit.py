@@ -52,7 +52,7 @@ def audit_checkpoint(out: Path | None) -> None:
     """The chain's head now: sequence, hash, time and a MAC over them (an HMAC under
     CSTP_AUDIT_KEY, a plain SHA-256 without a key). Verify against it later with
     `cstp audit verify --checkpoint FILE`: a chain cut below it is then caught."""
-    from .audit.verify import take_checkpoint
+    from .audit.checkpoints import take_checkpoint
     from .runtime import utc_now
 
     key = load_settings().audit_key
@@ -84,7 +84,8 @@ def audit_verify(checkpoint_files: tuple[Path, ...], start: int) -> None:
     """Recompute every entry's digest and link, and check that every audited row has an
     entry. Prints each problem with its sequence number, table and row id; exits 0 only
     when everything holds."""
-    from .audit.verify import read_checkpoint, verify
+    from .audit.checkpoints import read_checkpoint
+    from .audit.verify import verify
 
     key = load_settings().audit_key
     try:

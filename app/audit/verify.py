@@ -23,10 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, String, and_, cast, exists, func, select
@@ -34,157 +31,14 @@ from sqlalchemy import Connection, String, and_, cast, exists, func, select
 from app.db.base import table_of
 from app.db.guardrails import GuardrailEvaluation, GuardrailRuleSet
 
-from .canonical import AUDITED, Audited, digest_of, encode, iso_utc, load
+from .canonical import AUDITED, Audited, digest_of, load
 from .chain import CHAIN, GENESIS, entry_hash
+from .checkpoints import Checkpoint, check_point
+from .problems import Problem, Report
 
 Progress = Callable[[int, int], None]
 BATCH = 500
 MAX_INSERTED = 100  # inserted rows reported one by one; beyond, a count
-CHECKPOINT_FORMAT = "cstp-audit-checkpoint/1"
-
-
-@dataclass(frozen=True)
-class Problem:
-    kind: str
-    seq: int | None  # the entry (first of a range), or where an inserted row belongs
-    table: str | None
-    row_id: str | None
-    detail: str
-    last: int | None = None  # the last entry of a range
-
-    def line(self) -> str:
-        where = "seq -" if self.seq is None else f"seq {self.seq}"
-        if self.last is not None and self.last != self.seq:
-            where += f"..{self.last}"
-        if self.kind == "inserted" and self.seq is not None:
-            where = f"after seq {self.seq}"
-        row = f" {self.table} {self.row_id}" if self.table else ""
-        return f"{where}{row}: {self.kind}: {self.detail}"
-
-
-@dataclass
-class Report:
-    first: int  # the first entry checked
-    last: int  # the chain's last entry (0: empty)
-    checked: int = 0
-    problems: list[Problem] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-
-# ---- checkpoints ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    seq: int
-    hash: str
-    time: str
-    keyed: bool
-    mac: str
-    source: str = ""
-
-    def signed(self) -> dict[str, Any]:
-        return {
-            "format": CHECKPOINT_FORMAT,
-            "seq": self.seq,
-            "hash": self.hash,
-            "time": self.time,
-            "keyed": self.keyed,
-        }
-
-    def as_json(self) -> str:
-        return json.dumps({**self.signed(), "mac": self.mac}, separators=(", ", ": "))
-
-
-def checkpoint_mac(secret: bytes | None, body: dict[str, Any]) -> str:
-    message = encode(body)
-    if secret is None:
-        return hashlib.sha256(message).hexdigest()
-    return hmac.new(secret, message, hashlib.sha256).hexdigest()
-
-
-def take_checkpoint(conn: Connection, secret: bytes | None, now: datetime) -> Checkpoint:
-    """The chain's head now (seq 0 and the genesis hash for an empty chain), with its MAC."""
-    row = conn.execute(
-        select(CHAIN.c.seq, CHAIN.c.hash).order_by(CHAIN.c.seq.desc()).limit(1)
-    ).first()
-    seq, hashed = (0, GENESIS) if row is None else (int(row[0]), str(row[1]))
-    draft = Checkpoint(seq, hashed, iso_utc(now), secret is not None, "")
-    return Checkpoint(seq, hashed, draft.time, draft.keyed, checkpoint_mac(secret, draft.signed()))
-
-
-def read_checkpoint(text: str, source: str) -> Checkpoint:
-    """A checkpoint from its JSON text; ValueError saying why it is not one."""
-    try:
-        data = json.loads(text)
-        if data.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(f"not a checkpoint (format {data.get('format')!r})")
-        point = Checkpoint(
-            seq=int(data["seq"]),
-            hash=str(data["hash"]),
-            time=str(data["time"]),
-            keyed=bool(data["keyed"]),
-            mac=str(data["mac"]),
-            source=source,
-        )
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"{source}: not a checkpoint ({exc})") from None
-    return point
-
-
-def _check_point(
-    conn: Connection, point: Checkpoint, secret: bytes | None, last: int
-) -> list[Problem]:
-    where = f"checkpoint {point.source} ({point.time})"
-    if point.keyed and secret is None:
-        return [
-            Problem("checkpoint", point.seq, None, None, f"{where} is keyed: set the audit key")
-        ]
-    expected = checkpoint_mac(secret if point.keyed else None, point.signed())
-    if not hmac.compare_digest(expected, point.mac):
-        return [
-            Problem(
-                "checkpoint",
-                point.seq,
-                None,
-                None,
-                f"{where}: its MAC does not hold (the file was edited, or made with another key)",
-            )
-        ]
-    if point.seq > last:
-        return [
-            Problem(
-                "truncated",
-                last + 1,
-                None,
-                None,
-                f"the chain ends at seq {last}, but {where} recorded seq {point.seq}: "
-                f"entries {last + 1}..{point.seq} were cut off",
-                last=point.seq,
-            )
-        ]
-    if point.seq == 0:
-        return []
-    row = conn.execute(select(CHAIN.c.hash).where(CHAIN.c.seq == point.seq)).first()
-    if row is None:
-        return [Problem("checkpoint", point.seq, None, None, f"{where}: the entry is missing")]
-    if not hmac.compare_digest(str(row[0]), point.hash):
-        return [
-            Problem(
-                "checkpoint",
-                point.seq,
-                None,
-                None,
-                f"{where}: the entry's hash is not the one recorded (the chain was rewritten)",
-            )
-        ]
-    return []
-
-
-# ---- verification -----------------------------------------------------------------------------
 
 
 def _batches(conn: Connection, start: int) -> Iterator[Sequence[Any]]:
@@ -238,7 +92,7 @@ def verify(
     problems.extend(_inserted(conn))
     problems.extend(_rule_sets(conn))
     for point in checkpoints:
-        problems.extend(_check_point(conn, point, secret, last))
+        problems.extend(check_point(conn, point, secret, last))
     report.problems = _ranges(problems)
     return report
 

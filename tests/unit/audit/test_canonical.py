@@ -10,7 +10,7 @@ import pytest
 
 from app.audit import canonical
 from app.audit.chain import GENESIS, entry_hash, link
-from app.audit.verify import Checkpoint, checkpoint_mac, read_checkpoint
+from app.audit.checkpoints import Checkpoint, checkpoint_mac, read_checkpoint
 from app.db.decisions import Decision, DecisionReason, DecisionTag
 
 REVIEW: dict[str, Any] = {
