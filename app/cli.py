@@ -115,7 +115,7 @@ def _preflight(settings: Settings) -> None:
     """What the server process checks when it starts, checked here before it is started, so a
     mistake is one line on stderr instead of a traceback after "listening on"."""
     from .asgi import build_registry, check_rate_limits
-    from .guardrails.rules import load_rules, rule_dirs
+    from .guardrails.rule_files import load_rules, rule_dirs
 
     check_rate_limits(settings, build_registry())
     load_rules(rule_dirs(settings.guardrails_dir))

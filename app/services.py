@@ -13,7 +13,8 @@ from .config import Settings
 from .db import models as _all_models  # noqa: F401 - every table known before any flush
 from .db.engine import Database
 from .decisions.writer import RecordWriter
-from .guardrails.rules import RuleSet, load_rules, rule_dirs
+from .guardrails.rule_files import load_rules, rule_dirs
+from .guardrails.rules import RuleSet
 from .operations.ratelimit import MemoryRateLimiter, RateLimiter, RedisRateLimiter
 from .outbox.relay import Relay
 from .runtime import Runtime

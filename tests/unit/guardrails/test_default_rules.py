@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from app.guardrails.evaluate import Evaluation, evaluate
-from app.guardrails.rules import SHIPPED_RULES_DIR, RuleSet, load_rules
+from app.guardrails.rule_files import SHIPPED_RULES_DIR, load_rules
+from app.guardrails.rules import RuleSet
 
 DEFAULT_IDS = [
     "no-high-stakes-low-confidence",

@@ -9,11 +9,10 @@ from pathlib import Path
 import pytest
 
 from app.guardrails.evaluate import evaluate
+from app.guardrails.rule_files import SHIPPED_RULES_DIR, load_rules
 from app.guardrails.rules import (
-    SHIPPED_RULES_DIR,
     RuleFileError,
     RuleSet,
-    load_rules,
     rule_set_from_content,
 )
 

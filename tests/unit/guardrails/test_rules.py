@@ -10,14 +10,12 @@ from typing import Any
 import pytest
 
 from app.guardrails.evaluate import MAX_RENDERED_FACT, evaluate, render_message
+from app.guardrails.rule_files import SHIPPED_RULES_DIR, load_rules, rule_dirs
 from app.guardrails.rules import (
-    SHIPPED_RULES_DIR,
     Condition,
     Rule,
     RuleFileError,
     RuleSet,
-    load_rules,
-    rule_dirs,
     rule_set_version,
 )
 
