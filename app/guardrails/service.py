@@ -8,6 +8,7 @@ the audit trail (app.audit) in the same transaction.
 
 from __future__ import annotations
 
+import functools
 import json
 import weakref
 from collections.abc import Mapping, Sequence
@@ -19,7 +20,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
-from app.audit.canonical import covered
+from app.audit.canonical import Covered, covered
 from app.audit.chain import append
 from app.db.base import table_of
 from app.db.guardrails import GuardrailEvaluation, GuardrailRuleResult, GuardrailRuleSet
@@ -93,6 +94,14 @@ class Staged:
     rule_rows: list[dict[str, Any]]
     rule_set: RuleSet
 
+    @functools.cached_property
+    def entry(self) -> Covered:
+        """Its audit chain entry: the rows' digest, computed when first asked for (a caller
+        with more rows to digest may ask early, to compute all its digests together)."""
+        return covered(
+            "guardrail_evaluations", self.row, {"guardrail_rule_results": self.rule_rows}
+        )
+
 
 def evaluate_request(
     ctx: CallContext, request: Request, source: str, *, category_field: str = "category"
@@ -156,10 +165,7 @@ async def store(session: AsyncSession, staged: Sequence[Staged]) -> None:
     if not staged:
         return
     # digested before the first statement: on SQLite that takes the write lock
-    entries = [
-        covered("guardrail_evaluations", s.row, {"guardrail_rule_results": s.rule_rows})
-        for s in staged
-    ]
+    entries = [s.entry for s in staged]
     await _store_rule_sets(session, {s.rule_set.hash: s.rule_set for s in staged})
     await session.execute(insert(table_of(GuardrailEvaluation)), [s.row for s in staged])
     rule_rows = [r for s in staged for r in s.rule_rows]
