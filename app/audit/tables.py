@@ -37,7 +37,8 @@ class Audited:
 
     @property
     def name(self) -> str:
-        return self.table.name
+        # a plain str: SQLAlchemy's quoted_name is a subclass, which msgspec does not encode
+        return str(self.table.name)
 
 
 INTENTS = Audited(

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app.audit import canonical
 from app.audit.chain import GENESIS, entry_hash, link
@@ -24,6 +28,9 @@ REVIEW: dict[str, Any] = {
     "reviewed_by": "alice",
     "reviewed_at": datetime(2026, 12, 2, 9, 30, tzinfo=UTC),
 }
+
+
+EVALUATION_COLUMNS = canonical.EVALUATIONS.table.c
 
 
 def test_the_documented_example() -> None:
@@ -55,14 +62,13 @@ def test_values_are_brought_to_their_column_type() -> None:
     other = canonical.document(
         canonical.EVALUATIONS, {**evaluation, "confidence": 1.0, "allowed": True}
     )
-    assert one == other and one["confidence"] == 1.0 and one["allowed"] is True
-    assert canonical.value_of(-0.0, canonical.EVALUATIONS.table.c.confidence.type) == 0.0
-    assert str(canonical.value_of(-0.0, canonical.EVALUATIONS.table.c.confidence.type)) == "0.0"
+    assert one == other and one["allowed"] is True
+    assert canonical.encode(one["confidence"]) == b"1.0"
+    assert canonical.encode(canonical.value_of(-0.0, EVALUATION_COLUMNS.confidence.type)) == b"0.0"
     facts = canonical.value_of(
         {"n": 1, "x": 1.5, "z": -0.0, "deep": [float("nan"), float("-inf"), (1, 2)]},
-        canonical.EVALUATIONS.table.c.facts.type,
+        EVALUATION_COLUMNS.facts.type,
     )
-    assert facts == {"n": 1, "x": 1.5, "z": 0.0, "deep": ["NaN", "-Infinity", [1, 2]]}
     assert canonical.encode(facts) == b'{"deep":["NaN","-Infinity",[1,2]],"n":1,"x":1.5,"z":0.0}'
 
 
@@ -84,7 +90,7 @@ def test_child_rows_are_ordered_by_their_natural_key_whatever_the_input_order() 
     forward = canonical.document(canonical.INTENTS, intent, {"intent_matches": matches})
     backward = canonical.document(canonical.INTENTS, intent, {"intent_matches": matches[::-1]})
     assert forward == backward
-    assert forward["intent_matches"] == [  # no own id, no parent reference
+    assert json.loads(canonical.encode(forward))["intent_matches"] == [  # no own id or parent
         {"decision_id": "aaaaaaaa", "rank": 1, "distance": 0.25, "outcome": None},
         {"decision_id": "bbbbbbbb", "rank": 2, "distance": 0.5, "outcome": None},
     ]
@@ -198,6 +204,9 @@ def test_values_of_another_type_than_their_column_are_converted() -> None:
         "7",
     )
     assert form["allowed"] is False
+    # inside a JSON value, a str subclass is its text, as json.dumps writes it
+    facts = canonical.value_of({"k": Label("text")}, EVALUATION_COLUMNS.facts.type)
+    assert canonical.encode(facts) == b'{"k":"text"}'
 
 
 def test_child_rows_with_the_same_natural_key_are_ordered_by_their_encoding() -> None:
@@ -216,3 +225,64 @@ def test_child_rows_with_the_same_natural_key_are_ordered_by_their_encoding() ->
             ("g", "block"),
             ("g", "warn"),
         ]
+
+
+# ---- the encoding is json.dumps's, byte for byte ----------------------------------------------
+
+# JSON values as a request or a database gives them: floats of every magnitude (where the
+# notations of json and msgspec differ: 1e-05, 1e+16), non-finite and negative zero; integers
+# beyond 64 bits; text with escapes, controls, non-ASCII and astral characters.
+_TEXT = st.text(st.characters(exclude_categories=["Cs"]), max_size=12)
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats()
+    | st.sampled_from([1e-05, 1.5e-07, 1e16, 1e22, 123456789012345680.0, -0.0, 5e-324])
+    | _TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TEXT, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+def _as_json_dumps_sees_it(value: object) -> object:
+    """The documented canonical value, with floats as floats (for ``json.dumps``)."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        return value + 0.0
+    if isinstance(value, dict):
+        return {k: _as_json_dumps_sees_it(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_json_dumps_sees_it(v) for v in value]
+    return value
+
+
+def _dumps(value: object) -> bytes:
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode()
+
+
+@given(facts=_JSON, confidence=st.floats() | st.none(), description=_TEXT)
+def test_the_encoding_is_that_of_json_dumps_for_any_values(
+    facts: object, confidence: float | None, description: str
+) -> None:
+    """The format is defined as json.dumps's output (module docstring); msgspec writes it."""
+    row = dict.fromkeys(canonical.EVALUATIONS.columns) | {
+        "id": "e1",
+        "facts": facts,
+        "confidence": confidence,
+        "description": description,
+    }
+    expected = {
+        **dict.fromkeys(canonical.EVALUATIONS.columns),
+        "id": "e1",
+        "facts": _as_json_dumps_sees_it(facts),
+        "confidence": _as_json_dumps_sees_it(confidence),
+        "description": description,
+        "guardrail_rule_results": [],
+    }
+    assert canonical.encode(canonical.document(canonical.EVALUATIONS, row)) == _dumps(expected)
