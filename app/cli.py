@@ -207,7 +207,7 @@ def import_tree_command(directory: Path) -> None:
     Exits 1 when a file could not be imported or an event is left to retry."""
     from .decisions.importer import import_tree
     from .outbox.admin import progress_of
-    from .outbox.relay import LEASE
+    from .outbox.loop import LEASE
 
     if not directory.is_dir():
         raise Failure(f"{directory}: {'not a' if directory.exists() else 'no such'} directory")

@@ -23,7 +23,7 @@ from .events import Event, Results
 from .failures import ROW_GONE, Failure, FailureKind, classify, unknown_kind
 
 if TYPE_CHECKING:
-    from .relay import Relay
+    from .loop import BackgroundRelay
 
 log = logging.getLogger("cstp.outbox")
 
@@ -58,7 +58,7 @@ def _export_all(root: Path, work: list[tuple[int, Decision]]) -> Results:
 
 
 async def run_events(
-    relay: Relay, events: list[Event], known: dict[str, Decision] | None = None
+    relay: BackgroundRelay, events: list[Event], known: dict[str, Decision] | None = None
 ) -> Results:
     """Run ``events``; the value is None for success, else the failure for the table.
 
@@ -95,7 +95,7 @@ async def run_events(
     return results
 
 
-async def _index_all(relay: Relay, work: list[tuple[int, Decision]]) -> Results:
+async def _index_all(relay: BackgroundRelay, work: list[tuple[int, Decision]]) -> Results:
     results: Results = {}
     entries: dict[int, IndexEntry] = {}
     for event_id, decision in work:
