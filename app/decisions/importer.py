@@ -21,7 +21,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from app.db.decisions import Decision
 
 from . import repository
-from .import_file import Unreadable, parse_file
+from .import_file import parse_file
+from .import_limits import Unreadable
 
 if TYPE_CHECKING:
     from app.services import Services
