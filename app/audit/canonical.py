@@ -108,8 +108,14 @@ def _float(value: float) -> msgspec.Raw | str:
         return "NaN"
     if math.isinf(value):
         return "Infinity" if value > 0 else "-Infinity"
-    # -0.0 + 0.0 is 0.0: SQLite may read a stored -0.0 back as 0.0
-    return msgspec.Raw(repr(value + 0.0).encode())
+    # -0.0 + 0.0 is 0.0: SQLite may read a stored -0.0 back as 0.0. float's own repr, as
+    # json.dumps uses it, also for a subclass (numpy's float64 would write its type's name)
+    return msgspec.Raw(float.__repr__(value + 0.0).encode())
+
+
+def _key(key: Any) -> str:
+    """A JSON object's member name (a str subclass as its text, like json.dumps)."""
+    return str.__str__(key) if isinstance(key, str) else str(key)
 
 
 def _json_value(value: Any) -> Any:
@@ -119,11 +125,11 @@ def _json_value(value: Any) -> Any:
     if isinstance(value, str):  # a subclass: its text, as json.dumps writes it
         return str.__str__(value)
     if isinstance(value, int):
-        return int(value)
+        return int.__int__(value)
     if isinstance(value, float):
         return _float(value)
     if isinstance(value, Mapping):
-        return {str(k): _json_value(v) for k, v in value.items()}
+        return {_key(k): _json_value(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_json_value(v) for v in value]
     return str(value)  # not a JSON value; what json.dumps(default=str) would have stored

@@ -20,9 +20,10 @@ lock, one read of the head and one INSERT, whatever the number of entries:
   ``seq`` is taken and the INSERT fails as a whole (nothing written); the head is then read
   and the entries linked after it. A statement saved in every audited write transaction
   (~0.25 ms of the write lock's time). On the server's engines (app.db.sqlite_driver) the
-  entries are linked after that head in the hook, and inserted on the driver's worker
-  thread in the same hand-off as COMMIT (where a stale head is read and the entries linked
-  anew), so the chain adds no hand-off of its own to a transaction.
+  entries are linked after that head in the hook (when the engine has no head yet, as after a
+  start, on the driver's worker thread after reading it), and inserted on that thread in the
+  same hand-off as COMMIT (where a stale head is read and the entries linked anew), so the
+  chain adds no hand-off of its own to a transaction.
 
 The entry hash is an HMAC-SHA256 under the audit key when one is configured for the engine
 (``use_key``), else a plain SHA-256; the key never reaches the database.
