@@ -22,23 +22,23 @@ import yaml
 from app.db.decisions import Decision, DecisionReason, DecisionTag
 
 from .document import summarize
-from .import_limits import Unreadable, _Loader, _refuse_aliases, _within_api_limits, read_capped
+from .import_limits import SAFE_LOADER, Unreadable, read_capped, refuse_aliases, within_api_limits
 from .import_values import (
     MENTAL_STATES,
     OUTCOMES,
     REASON_TYPES,
     STAKES,
     TAG_LENGTH,
-    _checked,
-    _choice,
-    _correlation_id,
-    _flag,
-    _int,
-    _json_mapping,
-    _list,
-    _scalars,
-    _text,
-    _when,
+    checked_text,
+    choice_of,
+    correlation_id_of,
+    flag_at,
+    int_at,
+    json_mapping,
+    list_at,
+    scalars_at,
+    text_at,
+    when_of,
 )
 
 HEX_ID = re.compile(r"[0-9a-f]{8}")
@@ -55,9 +55,9 @@ def decision_id(data: dict[str, Any], content: bytes) -> str:
 
 def parse_file(path: Path, categories: tuple[str, ...], max_bytes: int) -> Decision:
     content = read_capped(path, max_bytes)
-    _refuse_aliases(content)
+    refuse_aliases(content)
     try:
-        data = yaml.load(content, Loader=_Loader)  # a SafeLoader
+        data = yaml.load(content, Loader=SAFE_LOADER)  # a SafeLoader
     except yaml.YAMLError as exc:
         if "nesting depth" in str(getattr(exc, "problem", "")):  # libyaml's own limit
             raise Unreadable("nested too deeply") from None
@@ -70,7 +70,7 @@ def parse_file(path: Path, categories: tuple[str, ...], max_bytes: int) -> Decis
         raise Unreadable(f"a value cannot be read: {str(exc)[:200]}") from None
     if not isinstance(data, dict):
         raise Unreadable("not a mapping of decision fields")
-    text = _text(data, "decision") or _text(data, "summary") or _text(data, "title")
+    text = text_at(data, "decision") or text_at(data, "summary") or text_at(data, "title")
     if not text or not text.strip():
         raise Unreadable("decision: missing")
     confidence = data.get("confidence")
@@ -82,45 +82,45 @@ def parse_file(path: Path, categories: tuple[str, ...], max_bytes: int) -> Decis
         )
     ):
         raise Unreadable("confidence: must be a number between 0.0 and 1.0")
-    category = _choice(data.get("category"), set(categories), "category")
+    category = choice_of(data.get("category"), set(categories), "category")
     if category is None:
         raise Unreadable("category: missing")
-    created = _when(data.get("date") or data.get("created_at"), "date")
+    created = when_of(data.get("date") or data.get("created_at"), "date")
     if created is None:
         raise Unreadable("date: missing")
     decision = Decision(
         id=decision_id(data, content),
-        summary=_text(data, "summary") or summarize(text),
+        summary=text_at(data, "summary") or summarize(text),
         decision=text.strip(),
         category=category,
         confidence=float(confidence),
-        stakes=_choice(data.get("stakes"), STAKES, "stakes", "medium"),
+        stakes=choice_of(data.get("stakes"), STAKES, "stakes", "medium"),
         status="pending",
         created_at=created,
-        recorded_by=_text(data, "recorded_by") or "import",
-        context=_text(data, "context"),
-        mental_state=_choice(data.get("mental_state"), MENTAL_STATES, "mental_state"),
-        review_by=_when(data.get("review_by"), "review_by"),
-        kpi_indicators=_scalars(data, "kpi_indicators") or None,
-        project=_text(data, "project"),
-        feature=_text(data, "feature"),
-        pr=_int(data, "pr"),
-        file=_text(data, "file"),
-        line=_int(data, "line"),
-        commit=_text(data, "commit"),
-        correlation_id=_correlation_id(data),
+        recorded_by=text_at(data, "recorded_by") or "import",
+        context=text_at(data, "context"),
+        mental_state=choice_of(data.get("mental_state"), MENTAL_STATES, "mental_state"),
+        review_by=when_of(data.get("review_by"), "review_by"),
+        kpi_indicators=scalars_at(data, "kpi_indicators") or None,
+        project=text_at(data, "project"),
+        feature=text_at(data, "feature"),
+        pr=int_at(data, "pr"),
+        file=text_at(data, "file"),
+        line=int_at(data, "line"),
+        commit=text_at(data, "commit"),
+        correlation_id=correlation_id_of(data),
     )
     pre = data.get("pre_decision")
     if isinstance(pre, dict):
-        decision.pre_query_run = _flag(pre, "query_run")
-        decision.pre_similar_found = _int(pre, "similar_found")
-        decision.pre_guardrails_checked = _flag(pre, "guardrails_checked")
-        decision.pre_guardrails_passed = _flag(pre, "guardrails_passed")
-    decision.reasons = [_reason(i, r) for i, r in enumerate(_list(data, "reasons"))]
-    tags = [t for t in _scalars(data, "tags", TAG_LENGTH) if t.strip()]
+        decision.pre_query_run = flag_at(pre, "query_run")
+        decision.pre_similar_found = int_at(pre, "similar_found")
+        decision.pre_guardrails_checked = flag_at(pre, "guardrails_checked")
+        decision.pre_guardrails_passed = flag_at(pre, "guardrails_passed")
+    decision.reasons = [_reason(i, r) for i, r in enumerate(list_at(data, "reasons"))]
+    tags = [t for t in scalars_at(data, "tags", TAG_LENGTH) if t.strip()]
     decision.tags = [DecisionTag(tag=t, position=i) for i, t in enumerate(dict.fromkeys(tags))]
     _apply_review(decision, data)
-    _within_api_limits(decision)
+    within_api_limits(decision)
     return decision
 
 
@@ -134,20 +134,20 @@ def _reason(position: int, raw: Any) -> DecisionReason:
         or not (0.0 <= strength <= 1.0)
     ):
         raise Unreadable(f"reasons[{position}].strength: must be a number between 0.0 and 1.0")
-    kind = _choice(raw.get("type", "analysis"), REASON_TYPES, f"reasons[{position}].type")
-    text = _checked(raw["text"], f"reasons[{position}].text", None)
+    kind = choice_of(raw.get("type", "analysis"), REASON_TYPES, f"reasons[{position}].type")
+    text = checked_text(raw["text"], f"reasons[{position}].text", None)
     return DecisionReason(position=position, type=kind, text=text, strength=float(strength))
 
 
 def _apply_review(decision: Decision, data: dict[str, Any]) -> None:
-    outcome = _choice(data.get("outcome"), OUTCOMES, "outcome")
+    outcome = choice_of(data.get("outcome"), OUTCOMES, "outcome")
     if outcome is None:
         return
     decision.status = "reviewed"
     decision.outcome = outcome
-    decision.reviewed_at = _when(data.get("reviewed_at"), "reviewed_at") or decision.created_at
-    decision.reviewed_by = _text(data, "reviewed_by") or decision.recorded_by
-    decision.actual_result = _text(data, "actual_result")
-    decision.lessons = _text(data, "lessons")
-    decision.review_notes = _text(data, "review_notes")
-    decision.affected_kpis = _json_mapping(data.get("affected_kpis"), "affected_kpis")
+    decision.reviewed_at = when_of(data.get("reviewed_at"), "reviewed_at") or decision.created_at
+    decision.reviewed_by = text_at(data, "reviewed_by") or decision.recorded_by
+    decision.actual_result = text_at(data, "actual_result")
+    decision.lessons = text_at(data, "lessons")
+    decision.review_notes = text_at(data, "review_notes")
+    decision.affected_kpis = json_mapping(data.get("affected_kpis"), "affected_kpis")

@@ -25,7 +25,7 @@ from app.operations.params import decode
 from .schemas import RecordDecisionParams, ReviewDecisionParams
 
 # libyaml's safe loader when PyYAML has it (its wheels do): the same documents, faster.
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class Unreadable(Exception):
@@ -50,11 +50,11 @@ def read_capped(path: Path, max_bytes: int) -> bytes:
     return content
 
 
-def _refuse_aliases(content: bytes) -> None:
+def refuse_aliases(content: bytes) -> None:
     """Refuse YAML aliases (``*name``): each one repeats a whole node, so a kilobyte of nested
     aliases ("billion laughs") expands to gigabytes. Our own export never writes one."""
     try:
-        for event in yaml.parse(content, Loader=_Loader):
+        for event in yaml.parse(content, Loader=SAFE_LOADER):
             if isinstance(event, yaml.AliasEvent):
                 mark = event.start_mark  # the parser always sets it
                 line = f" (line {mark.line + 1})" if mark is not None else ""
@@ -63,7 +63,7 @@ def _refuse_aliases(content: bytes) -> None:
         return  # safe_load reports the syntax error, with its line
 
 
-def _within_api_limits(d: Decision) -> None:
+def within_api_limits(d: Decision) -> None:
     """Every field within the limits the API holds a client to (lengths, counts, the
     free-form limits of ``affected_kpis``): checked by the API's own params structs, so an
     import can store nothing a client could not have sent."""

@@ -53,7 +53,7 @@ def _utc(value: datetime, key: str) -> datetime:
         raise Unreadable(f"{key}: out of range") from None
 
 
-def _when(value: Any, key: str) -> datetime | None:
+def when_of(value: Any, key: str) -> datetime | None:
     if value is None:
         return None
     if isinstance(value, datetime):
@@ -69,7 +69,7 @@ def _when(value: Any, key: str) -> datetime | None:
     raise Unreadable(f"{key}: not a date")
 
 
-def _checked(value: str, key: str, limit: int | None) -> str:
+def checked_text(value: str, key: str, limit: int | None) -> str:
     """Text as both databases can store it: no NUL character (Postgres refuses it), and no
     longer than its column."""
     if "\x00" in value:
@@ -79,24 +79,24 @@ def _checked(value: str, key: str, limit: int | None) -> str:
     return value
 
 
-def _text(data: dict[str, Any], key: str) -> str | None:
+def text_at(data: dict[str, Any], key: str) -> str | None:
     """Text for the column named ``key`` (numbers are taken as text), within its length."""
     value = data.get(key)
     if value is None:
         return None
     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-        return _checked(str(value), key, LENGTHS.get(key))
+        return checked_text(str(value), key, LENGTHS.get(key))
     raise Unreadable(f"{key}: must be text")
 
 
-def _correlation_id(data: dict[str, Any]) -> str | None:
-    value = _text(data, "correlation_id")
+def correlation_id_of(data: dict[str, Any]) -> str | None:
+    value = text_at(data, "correlation_id")
     if value is not None and not CORRELATION_ID.fullmatch(value):
         raise Unreadable("correlation_id: 1-128 characters of A-Z a-z 0-9 . _ : -")
     return value
 
 
-def _int(data: dict[str, Any], key: str) -> int | None:
+def int_at(data: dict[str, Any], key: str) -> int | None:
     value = data.get(key)
     if value is None:
         return None
@@ -107,7 +107,7 @@ def _int(data: dict[str, Any], key: str) -> int | None:
     return value
 
 
-def _list(data: dict[str, Any], key: str) -> list[Any]:
+def list_at(data: dict[str, Any], key: str) -> list[Any]:
     value = data.get(key)
     if value is None:
         return []
@@ -116,19 +116,19 @@ def _list(data: dict[str, Any], key: str) -> list[Any]:
     return value
 
 
-def _scalars(data: dict[str, Any], key: str, limit: int | None = None) -> list[str]:
+def scalars_at(data: dict[str, Any], key: str, limit: int | None = None) -> list[str]:
     """A list of plain values (text, numbers), as text; a lone text is a list of one."""
     if isinstance(data.get(key), str):
-        return [_checked(data[key], key, limit)]
+        return [checked_text(data[key], key, limit)]
     out = []
-    for i, item in enumerate(_list(data, key)):
+    for i, item in enumerate(list_at(data, key)):
         if isinstance(item, bool) or not isinstance(item, (str, int, float)):
             raise Unreadable(f"{key}[{i}]: must be text")
-        out.append(_checked(str(item), f"{key}[{i}]", limit))
+        out.append(checked_text(str(item), f"{key}[{i}]", limit))
     return out
 
 
-def _json_mapping(value: Any, key: str) -> dict[str, Any] | None:
+def json_mapping(value: Any, key: str) -> dict[str, Any] | None:
     """A mapping as a JSON column stores it: YAML dates and times become ISO text."""
     if not isinstance(value, dict):
         return None
@@ -143,14 +143,14 @@ def _json_mapping(value: Any, key: str) -> dict[str, Any] | None:
     return result
 
 
-def _flag(data: dict[str, Any], key: str) -> bool | None:
+def flag_at(data: dict[str, Any], key: str) -> bool | None:
     value = data.get(key)
     if value is None or isinstance(value, bool):
         return value
     raise Unreadable(f"pre_decision.{key}: must be true or false")
 
 
-def _choice(value: Any, allowed: set[str], key: str, default: str | None = None) -> str | None:
+def choice_of(value: Any, allowed: set[str], key: str, default: str | None = None) -> str | None:
     if value is None:
         return default
     if not isinstance(value, str) or value not in allowed:
