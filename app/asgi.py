@@ -1,8 +1,9 @@
-"""create_app(): the Litestar factory, nothing else."""
+"""create_app(): the Litestar factory; serving_app(): the one ``cstp serve`` runs."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -64,7 +65,10 @@ def create_app(
     runtime: Runtime | None = None,
     embedder: Embedder | None = None,
     start_relay: bool = True,
+    freeze_heap: bool = False,
 ) -> Litestar:
+    """The app. ``freeze_heap``: once started, hide what the process holds from the garbage
+    collector (``serving_app``)."""
     settings = settings or Settings.from_env()
     registry = build_registry()
     check_rate_limits(settings, registry)
@@ -78,6 +82,13 @@ def create_app(
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         if start_relay and settings.relay_enabled:
             services.background.append(asyncio.create_task(services.relay.loop()))
+        if freeze_heap:
+            # What a started server holds (the model, the index, the engines, the imported
+            # code) lives as long as the process: frozen, a full collection no longer walks
+            # it. Under load one came every ~30 s and stalled every call in flight for
+            # 130-185 ms; 2-15 ms frozen (docs/PERFORMANCE.md).
+            gc.collect()
+            gc.freeze()
         try:
             yield
         finally:
@@ -100,3 +111,9 @@ def create_app(
     app.state.dispatcher = dispatcher
     app.state.tokens = tokens
     return app
+
+
+def serving_app() -> Litestar:
+    """The app of a server process (uvicorn's factory in ``cstp serve``, in each worker):
+    settings from the environment, the heap frozen once started."""
+    return create_app(freeze_heap=True)

@@ -101,7 +101,7 @@ def serve(host: str | None, port: int | None, workers: int) -> None:
             "not safe across processes"
         )
     uvicorn.run(
-        "app.asgi:create_app",
+        "app.asgi:serving_app",
         factory=True,
         host=host,
         port=port,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import stat
 from dataclasses import replace
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from app.asgi import create_app
+from app.asgi import create_app, serving_app
 from app.config import ConfigError, Settings
 from app.db import migrate
 from app.outbox import admin
@@ -161,6 +162,31 @@ async def test_ready_names_a_schema_behind_head(settings: Settings, embedder: An
     assert response.status_code == 503
     assert "schema" in response.json()["failing"]
     assert response.json()["checks"]["schema"] == f"at 0001, expected {migrate.head_revision()}"
+
+
+async def test_the_served_app_freezes_its_heap_once_started(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``cstp serve`` runs ``serving_app``: once started, what the process holds is out of the
+    garbage collector's sight (gc.freeze), so a full collection does not walk it while calls
+    wait; an app made for a test or a command leaves the collector as it was."""
+    gc.unfreeze()
+    for name, value in {
+        "CSTP_DATA_DIR": settings.data_dir,
+        "CSTP_DATABASE_URL": settings.database_url,
+        "CSTP_DECISIONS_DIR": settings.decisions_dir,
+        "CSTP_AUTH_TOKENS": "alice:token-alice",
+    }.items():
+        monkeypatch.setenv(name, str(value))
+    try:
+        async with serve_app(create_app()) as client:
+            assert (await client.get("/health")).status_code == 200
+            assert gc.get_freeze_count() == 0
+        async with serve_app(serving_app()) as client:
+            assert (await client.get("/health")).status_code == 200
+            assert gc.get_freeze_count() > 10_000  # the model, the engines, the code
+    finally:
+        gc.unfreeze()
 
 
 async def test_agent_card_lists_every_registered_method(shared_client: Any) -> None:
