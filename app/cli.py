@@ -44,6 +44,8 @@ def _setup_logging(level: str) -> None:
         stream=sys.stderr,
         force=True,
     )
+    if level != "DEBUG":  # one line per Alembic plugin at every start says nothing to an operator
+        logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
 
 
 @click.group(cls=CstpGroup)
@@ -58,8 +60,15 @@ def main(debug: bool) -> None:
 
 @main.command()
 @click.option("--host", default=None, help="Bind address (default CSTP_HOST or 127.0.0.1).")
-@click.option("--port", default=None, type=int, help="Port (default CSTP_PORT or 9991).")
-@click.option("--workers", default=1, show_default=True, help="Server processes.")
+@click.option(
+    "--port",
+    default=None,
+    type=click.IntRange(1, 65535),
+    help="Port (default CSTP_PORT or 9991).",
+)
+@click.option(
+    "--workers", default=1, type=click.IntRange(min=1), show_default=True, help="Server processes."
+)
 def serve(host: str | None, port: int | None, workers: int) -> None:
     """Apply pending migrations, then serve JSON-RPC on /cstp."""
     import uvicorn

@@ -102,7 +102,7 @@ class Settings:
             max_body_bytes=_int(env, "CSTP_MAX_BODY_BYTES", 1_048_576, 1024, 1 << 30),
             max_batch=_int(env, "CSTP_MAX_BATCH", 50, 1, 10_000),
             outbox_max_attempts=_int(env, "CSTP_OUTBOX_MAX_ATTEMPTS", 8, 1, 1000),
-            log_level=(env.get("CSTP_LOG_LEVEL") or "INFO").upper(),
+            log_level=_log_level(env.get("CSTP_LOG_LEVEL")),
             retrieval_mode=_retrieval_mode(env.get("CSTP_RETRIEVAL_MODE")),
             mcp_allowed_hosts=_hosts(env.get("CSTP_MCP_ALLOWED_HOSTS")),
             audit_key=audit_key_from_env(env),
@@ -145,6 +145,16 @@ def _retrieval_mode(value: str | None) -> str:
     if mode not in RETRIEVAL_MODES:
         raise ConfigError(f"CSTP_RETRIEVAL_MODE must be one of {', '.join(RETRIEVAL_MODES)}")
     return mode
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _log_level(value: str | None) -> str:
+    level = (value or "INFO").strip().upper()
+    if level not in LOG_LEVELS:
+        raise ConfigError(f"CSTP_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}")
+    return level
 
 
 def _opt_path(value: str | None) -> Path | None:

@@ -264,6 +264,13 @@ COMMANDS: dict[str, tuple[list[str], dict[str, str | None]]] = {
 AFTER = {"db downgrade": FIRST, "db current": None}
 
 
+def test_downgrading_to_base_says_so(runner: CliRunner, install: Install) -> None:
+    install.put_in("older")
+    outcome = _invoke(runner, ["db", "downgrade", "base"], install.env)
+    assert (outcome.code, outcome.stdout) == (0, "at base (no tables)\n"), outcome
+    assert _invoke(runner, ["db", "current"], install.env).stdout.startswith("current: none")
+
+
 @pytest.mark.parametrize("state", STATES)
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_a_database_command_in_every_state_of_the_database(
@@ -422,6 +429,8 @@ def test_a_bug_is_one_line_and_debug_lets_the_traceback_through(
     ("args", "env", "fragment"),
     [
         (["outbox"], {"CSTP_PORT": "x"}, "CSTP_PORT must be a whole number"),
+        (["serve"], {"CSTP_LOG_LEVEL": "LOUD"}, "CSTP_LOG_LEVEL must be one of DEBUG, INFO"),
+        (["outbox"], {"CSTP_LOG_LEVEL": "LOUD"}, "CSTP_LOG_LEVEL must be one of DEBUG, INFO"),
         (["db", "upgrade"], {"CSTP_DATABASE_URL": "mysql://x"}, "CSTP_DATABASE_URL must start"),
         (["export"], {"CSTP_RATE_LIMITS": "nonsense"}, "CSTP_RATE_LIMITS"),
         (["db", "upgrade", "0999"], {}, "0999"),
@@ -438,6 +447,15 @@ def test_a_mistake_is_one_line(
 ) -> None:
     args = [str(tmp_path / "nowhere") if a == "NOWHERE" else a for a in args]
     _one_line_failure(_invoke(runner, args, {**install.env, **env}), fragment)
+
+
+@pytest.mark.parametrize("port", ["99999", "0", "-1"])
+def test_serve_refuses_a_port_out_of_range(runner: CliRunner, install: Install, port: str) -> None:
+    """Not bound modulo 65536, nor left to uvicorn's error: refused before anything starts."""
+    outcome = _invoke(runner, ["serve", "--port", port], install.env)
+    assert outcome.code == 2, outcome
+    assert "Invalid value for '--port'" in outcome.stderr and "1<=x<=65535" in outcome.stderr
+    assert "listening" not in outcome.stderr + outcome.stdout
 
 
 def test_a_client_command_without_its_server_or_token_is_one_line(
