@@ -115,7 +115,8 @@ def _replay(stored: StoredIntent, fingerprint: str) -> msgspec.Raw:
     if stored.request_hash != fingerprint or stored.response is None:
         raise CstpError(
             CONFLICT,
-            "Conflict: this correlationId was already used for a different intent",
+            "Conflict: this correlationId was already used for a different intent "
+            "(its intent, context, category, stakes, confidence, project or metadata differ)",
             {"correlationId": stored.correlation_id},
         )
     return msgspec.Raw(stored.response.encode())
