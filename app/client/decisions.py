@@ -41,9 +41,12 @@ from .transport import Caller
 def query_cmd(
     cstp: Caller, text: str, limit: int | None, include_reasons: bool, **filters: Any
 ) -> None:
-    """Find past decisions similar in meaning to TEXT.
+    """Find the past decisions that best match TEXT.
 
-    Calls cstp.queryDecisions; every filter given is applied."""
+    Calls cstp.queryDecisions, which ranks by meaning, by words or both (the server's
+    retrieval mode, hybrid unless set): SCORE is what the results are ordered by, DISTANCE
+    the cosine distance where the vector side found the decision. Every filter given is
+    applied."""
     wire = compact(
         {
             "category": filters["category"],
@@ -71,7 +74,7 @@ def query_cmd(
     if not decisions:
         echo(f"no decisions match {text!r}")
         return
-    lines = decision_rows(decisions, with_distance=True)
+    lines = decision_rows(decisions, ranked=True)
     echo(lines[0])
     for line, d in zip(lines[1:], decisions, strict=True):
         echo(line)
@@ -79,7 +82,7 @@ def query_cmd(
             reason_lines(d.get("reasons") or [], indent="    ")
     took = result.get("queryTimeMs")
     echo(
-        f"{len(decisions)} decision(s), nearest first"
+        f"{len(decisions)} decision(s), best match first"
         + (f" ({took:.0f} ms)" if isinstance(took, (int, float)) else "")
     )
 

@@ -96,10 +96,12 @@ def state(item: dict[str, Any]) -> str:
     return str(outcome) if outcome else str(item.get("status") or "-")
 
 
-def decision_rows(decisions: list[dict[str, Any]], with_distance: bool = False) -> list[str]:
+def decision_rows(decisions: list[dict[str, Any]], ranked: bool = False) -> list[str]:
+    """A table of decisions; ``ranked`` (a search's results) adds their score, what they are
+    ordered by, and their distance where the vector side found them."""
     headers = ["ID", "TITLE", "CATEGORY", "CONF", "STAKES", "STATUS"]
-    if with_distance:
-        headers.append("DISTANCE")
+    if ranked:
+        headers += ["SCORE", "DISTANCE"]
     rows = []
     for d in decisions:
         row = [
@@ -110,8 +112,8 @@ def decision_rows(decisions: list[dict[str, Any]], with_distance: bool = False) 
             str(d.get("stakes") or "-"),
             state(d),
         ]
-        if with_distance:
-            row.append(num(d.get("distance"), 3))
+        if ranked:
+            row += [num(d.get("score"), 3), num(d.get("distance"), 3)]
         rows.append(row)
     return table(headers, rows)
 

@@ -226,11 +226,15 @@ def test_record_get_list_query_check_announce_review(cli: Any) -> None:
     assert [d["id"] for d in listed["decisions"]] == [pg_id] and listed["total"] == 1
     assert "«fast»" in ok(cli("list", "--category", "tooling", "--json"))
 
-    # query: nearest first, distance column, reasons on demand, filters applied
+    # query: best match first, score and distance columns, reasons on demand, filters applied
     out = ok(cli("query", "which database should store agent memory", "--reasons"))
     header = out.splitlines()[0]
-    assert header.split()[-1] == "DISTANCE"
+    assert header.split()[-2:] == ["SCORE", "DISTANCE"]
     assert out.splitlines()[1].startswith(pg_id)
+    table_lines = [line for line in out.splitlines()[1:-1] if not line.startswith(" ")]
+    scores = [float(line.split()[-2]) for line in table_lines]
+    assert len(scores) >= 2 and scores == sorted(scores, reverse=True)
+    assert "decision(s), best match first" in out
     assert "    - analysis (0.8): ACID compliance needed" in out
     found = as_json(
         cli(
