@@ -24,7 +24,8 @@ def generate(similar: Sequence[dict[str, Any]], advice: Iterable[str | None]) ->
         notes = decision.get("notes")
         if notes and decision["outcome"] != "success":
             text += f" (lesson: {notes})"
-        suggestions.append(text)
+        if text not in suggestions:  # decisions of the same title and outcome: said once
+            suggestions.append(text)
     for item in advice:
         if item and item not in suggestions:
             suggestions.append(item)
