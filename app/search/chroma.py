@@ -16,6 +16,7 @@ import contextlib
 import logging
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -141,7 +142,11 @@ def _tuned(client: ClientAPI, collection: Collection) -> Collection:
     """A collection made before SYNC_THRESHOLD or EF_SEARCH was set gets them now. Chroma
     reads both when it first opens the index, which has not happened yet in this process
     (a change made after that takes effect at the next start)."""
-    configuration: Mapping[str, Any] | None = collection.configuration  # none on old ones
+    with warnings.catch_warnings():
+        # Our collections have no embedding function (the vectors are ours), which Chroma
+        # stores as its "legacy" kind and warns about whenever the configuration is read.
+        warnings.filterwarnings("ignore", "legacy embedding function config", DeprecationWarning)
+        configuration: Mapping[str, Any] | None = collection.configuration  # none on old ones
     hnsw = (configuration or {}).get("hnsw") or {}
     changes: UpdateHNSWConfiguration = {}
     if hnsw.get("sync_threshold", SYNC_THRESHOLD) > SYNC_THRESHOLD:
