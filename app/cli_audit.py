@@ -88,10 +88,17 @@ def audit_verify(checkpoint_files: tuple[Path, ...], start: int) -> None:
     from .audit.verify import verify
 
     key = load_settings().audit_key
-    try:
-        points = [read_checkpoint(p.read_text(encoding="utf-8"), str(p)) for p in checkpoint_files]
-    except ValueError as exc:
-        raise Failure(str(exc)) from None
+    points = []
+    for path in checkpoint_files:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
+            raise Failure(f"{path}: cannot read the checkpoint ({why})") from None
+        try:
+            points.append(read_checkpoint(text, str(path)))
+        except ValueError as exc:
+            raise Failure(str(exc)) from None
 
     def work(conn: Any) -> Any:
         with click.progressbar(length=0, label="verifying", file=sys.stderr) as bar:

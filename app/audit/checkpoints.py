@@ -65,8 +65,10 @@ def read_checkpoint(text: str, source: str) -> Checkpoint:
         data = json.loads(text)
         if data.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"not a checkpoint (format {data.get('format')!r})")
+        if type(data["seq"]) is not int or data["seq"] < 0:
+            raise ValueError("its seq is not a whole number")
         point = Checkpoint(
-            seq=int(data["seq"]),
+            seq=data["seq"],
             hash=str(data["hash"]),
             time=str(data["time"]),
             keyed=bool(data["keyed"]),
@@ -86,7 +88,20 @@ def check_point(
         return [
             Problem("checkpoint", point.seq, None, None, f"{where} is keyed: set the audit key")
         ]
-    expected = checkpoint_mac(secret if point.keyed else None, point.signed())
+    if secret is not None and not point.keyed:
+        # Its MAC is a plain SHA-256 anyone can compute: a file that says it was taken
+        # without the key could be anyone's, e.g. one naming an earlier head to hide a cut.
+        return [
+            Problem(
+                "checkpoint",
+                point.seq,
+                None,
+                None,
+                f"{where} was taken without the audit key, which is set: anyone could have "
+                "written it (take checkpoints with the key)",
+            )
+        ]
+    expected = checkpoint_mac(secret, point.signed())
     if not hmac.compare_digest(expected, point.mac):
         return [
             Problem(

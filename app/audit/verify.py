@@ -8,7 +8,8 @@ with the entry's sequence number, table and row id:
 - ``hash``: an entry whose hash is not the hash of its own content under the audit key (the
   entry was edited, or computed without the key);
 - ``link``: an entry whose ``prev_hash`` is not the previous entry's hash;
-- ``changed``: the covered row (with its child rows) no longer has the digest recorded;
+- ``changed``: the covered row (with its child rows) no longer has the digest recorded, or
+  holds a value that is not in the form the server stores (app.audit.stored);
 - ``deleted``: the covered row is gone;
 - ``inserted``: an audited row that no entry covers; its ``seq`` is the last entry whose
   row is not newer than it (where it would have been chained);
@@ -31,7 +32,7 @@ from sqlalchemy import Connection, String, and_, cast, exists, func, select
 from app.db.base import table_of
 from app.db.guardrails import GuardrailEvaluation, GuardrailRuleSet
 
-from .canonical import AUDITED, Audited, digest_of, load
+from .canonical import AUDITED, Audited, digest_of, load_checked
 from .chain import CHAIN, GENESIS, entry_hash
 from .checkpoints import Checkpoint, check_point
 from .problems import Problem, Report
@@ -50,6 +51,8 @@ def _batches(conn: Connection, start: int) -> Iterator[Sequence[Any]]:
         if not rows:
             return
         yield rows
+        if any(type(r.seq) is not int for r in rows):
+            return  # SQLite orders a seq that is not a number after every number: the end
         after = int(rows[-1].seq)
 
 
@@ -73,10 +76,45 @@ def verify(
     else:
         before = conn.execute(select(CHAIN.c.hash).where(CHAIN.c.seq == start - 1)).first()
         prev = None if before is None else str(before[0])
+        if start - 1 > last:  # what was verified up to start - 1 is no longer there
+            problems.append(
+                Problem(
+                    "missing",
+                    last + 1,
+                    None,
+                    None,
+                    f"the chain ends at seq {last}, before the entry --from follows (entries "
+                    "deleted from its end)",
+                    start - 1,
+                )
+            )
+        elif before is None:
+            problems.append(
+                Problem(
+                    "missing",
+                    start - 1,
+                    None,
+                    None,
+                    "the entry before --from is missing (deleted): the link into the range "
+                    "cannot be checked",
+                )
+            )
     expected = start
     for rows in _batches(conn, start):
         for e in rows:
-            seq = int(e.seq)
+            if type(e.seq) is not int:  # SQLite stores whatever an UPDATE gives it
+                problems.append(
+                    Problem(
+                        "hash",
+                        None,
+                        str(e.table_name),
+                        str(e.row_id),
+                        f"its seq ({str(e.seq)[:20]!r}) is not a whole number (the entry was "
+                        "edited)",
+                    )
+                )
+                continue
+            seq = e.seq
             gap = seq != expected
             if gap:
                 problems.append(
@@ -84,7 +122,7 @@ def verify(
                 )
             problems.extend(_entry_problems(e, secret, None if gap else prev))
             prev, expected = str(e.hash), seq + 1
-        problems.extend(_row_problems(conn, rows))
+        problems.extend(_row_problems(conn, [e for e in rows if type(e.seq) is int]))
         report.checked += len(rows)
         if progress is not None:
             progress(report.checked, max(total, report.checked))
@@ -141,10 +179,21 @@ def _row_problems(conn: Connection, rows: Sequence[Any]) -> list[Problem]:
                 for e in entries
             )
             continue
-        docs = load(conn, audited, [str(e.row_id) for e in entries])
+        docs, unreadable = load_checked(conn, audited, [str(e.row_id) for e in entries])
         for e in entries:
             doc = docs.get(str(e.row_id))
-            if doc is None:
+            if str(e.row_id) in unreadable:
+                why = unreadable[str(e.row_id)]
+                out.append(
+                    Problem(
+                        "changed",
+                        int(e.seq),
+                        table,
+                        str(e.row_id),
+                        f"a value is not in the form the server stores ({why})",
+                    )
+                )
+            elif doc is None:
                 out.append(Problem("deleted", int(e.seq), table, str(e.row_id), "the row is gone"))
             elif digest_of(doc) != str(e.digest):
                 out.append(

@@ -74,10 +74,22 @@ def _rule_set(conn: Connection, evaluation: dict[str, Any]) -> RuleSet:
 def replay(conn: Connection, evaluation_id: str) -> Replayed:
     """Evaluate a stored evaluation's inputs again with its own rule set and compare."""
     table = table_of(GuardrailEvaluation)
-    row = conn.execute(select(table).where(table.c.id == evaluation_id)).mappings().first()
+    try:
+        row = conn.execute(select(table).where(table.c.id == evaluation_id)).mappings().first()
+        kept = _stored_results(conn, evaluation_id)
+    except ValueError:  # a value that does not parse (bad JSON, a timestamp that is none)
+        raise CannotReplay(
+            f"the evaluation {evaluation_id!r} or one of its rule results holds a value that "
+            "cannot be read (an edited row: cstp audit verify names it)"
+        ) from None
     if row is None:
         raise CannotReplay(f"no guardrail evaluation with id {evaluation_id!r}")
     stored = dict(row)
+    if not isinstance(stored["facts"], dict | None):
+        raise CannotReplay(
+            f"the evaluation {evaluation_id!r} has facts that are not a JSON object (an edited "
+            "row: cstp audit verify names it)"
+        )
     rule_set = _rule_set(conn, stored)
     ev = evaluate(rule_set, stored["facts"] or {}, stored["project"])
     replayed = {
@@ -101,7 +113,6 @@ def replay(conn: Connection, evaluation_id: str) -> Replayed:
     for name, value in zip(("evaluated", "violations", "warnings"), counts, strict=True):
         if stored[name] != value:
             out.differences.append(f"{name}: stored {stored[name]}, replayed {value}")
-    kept = _stored_results(conn, evaluation_id)
     for rule_id in sorted(kept.keys() | replayed.keys()):
         before, after = kept.get(rule_id), replayed.get(rule_id)
         if before is None:

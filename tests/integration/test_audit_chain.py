@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import re
 import signal
@@ -34,6 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from app.asgi import create_app
 from app.audit import canonical
 from app.audit.chain import GENESIS, entry_hash
+from app.audit.checkpoints import checkpoint_mac
 from app.cli import main
 from app.config import Settings, parse_rate_limits
 from app.db import migrate
@@ -401,6 +403,182 @@ async def test_a_checkpoint_catches_a_rewritten_chain_and_an_edited_checkpoint(
     code, found, output = await verify(chain, "--checkpoint", str(edited))
     assert code == 1 and [f.kind for f in found] == ["checkpoint"], output
     assert "MAC does not hold" in output
+
+
+# ---- values in a form the server never stores (app.audit.stored) -------------------------------
+
+NOT_STORED = "a value is not in the form the server stores"
+
+
+async def _a_row_of(url: str, sql: str) -> Any:
+    rows = await run_sql(url, sql)
+    assert rows, sql
+    return rows[0]["id"]
+
+
+# (table whose entry covers the row, SQL picking the changed row's id, the change, which
+# audited row it belongs to). Read through the column types, each new value would pass for
+# the old one; SQL sees another value.
+SQLITE_ONLY_FORMS = {
+    # a time zone suffix: the same instant for a parser, out of every range of stored times
+    "timestamp with an offset": (
+        "intents",
+        "SELECT id FROM intents WHERE outcome = 'ok' ORDER BY id LIMIT 1",
+        "UPDATE intents SET received_at = received_at || '+23:59' WHERE id = :i",
+    ),
+    # 2 is true for bool(), not for WHERE fired = 1
+    "boolean 2": (
+        "guardrail_evaluations",
+        "SELECT evaluation_id AS id FROM guardrail_rule_results WHERE fired = 1 LIMIT 1",
+        "UPDATE guardrail_rule_results SET fired = 2 WHERE evaluation_id = :i AND fired = 1",
+    ),
+    # an Arabic-Indic digit: int() reads 2, SQL compares text
+    "digit of another script": (
+        "intents",
+        "SELECT intent_id AS id FROM intent_matches WHERE rank = 2 LIMIT 1",
+        "UPDATE intent_matches SET rank = '\u0662' WHERE intent_id = :i AND rank = 2",
+    ),
+    # int() truncates a real: 0.5 reads as 0
+    "real in a whole-number column": (
+        "guardrail_evaluations",
+        "SELECT id FROM guardrail_evaluations WHERE violations = 0 LIMIT 1",
+        "UPDATE guardrail_evaluations SET violations = 0.5 WHERE id = :i",
+    ),
+}
+BOTH_FORMS = {
+    # a repeated member: Python keeps the last (the original), SQLite's json_extract the first
+    "JSON with a repeated member": (
+        "intents",
+        "SELECT id FROM intents WHERE metadata IS NOT NULL AND outcome = 'ok' LIMIT 1",
+        "UPDATE intents SET metadata = CAST('{\"n\": -1, ' || "
+        "substr(CAST(metadata AS TEXT), 2) AS {json}) WHERE id = :i",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "form", [*BOTH_FORMS, *(() if USE_PG else SQLITE_ONLY_FORMS)], ids=lambda f: f.replace(" ", "-")
+)
+async def test_a_value_in_a_form_the_server_never_writes_is_a_changed_row(
+    chain: str, form: str
+) -> None:
+    table, pick, change = {**SQLITE_ONLY_FORMS, **BOTH_FORMS}[form]
+    row_id = await _a_row_of(chain, pick)
+    await drop_triggers(chain)
+    await run_sql(chain, change.replace("{json}", "json" if USE_PG else "TEXT"), i=row_id)
+    code, found, output = await verify(chain)
+    assert code == 1, output
+    assert found == [Found("changed", await seq_of(chain, table, row_id), table, str(row_id), None)]
+    assert NOT_STORED in output
+
+
+@pytest.mark.skipif(USE_PG, reason="Postgres refuses text in a float column")
+async def test_an_unreadable_value_is_named_and_the_other_problems_still_reported(
+    golden: Golden, chain: str
+) -> None:
+    """A value no parser takes (text in a float column) is one changed row among the rest,
+    not a failure of the whole verification."""
+    intent_id = await _a_row_of(
+        chain, "SELECT intent_id AS id FROM intent_matches ORDER BY intent_id LIMIT 1"
+    )
+    review_id = golden.review_ids[len(golden.review_ids) // 2]
+    await drop_triggers(chain)
+    await run_sql(
+        chain, "UPDATE intent_matches SET distance = 'abc' WHERE intent_id = :i", i=intent_id
+    )
+    await run_sql(chain, "DELETE FROM decision_reviews WHERE id = :i", i=review_id)
+    code, found, output = await verify(chain)
+    assert code == 1, output
+    assert sorted(found, key=lambda f: f.seq or 0) == sorted(
+        [
+            Found("changed", await seq_of(chain, "intents", intent_id), "intents", intent_id, None),
+            Found(
+                "deleted",
+                await seq_of(chain, "decision_reviews", review_id),
+                "decision_reviews",
+                str(review_id),
+                None,
+            ),
+        ],
+        key=lambda f: f.seq or 0,
+    )
+    assert "intent_matches.distance: not a floating-point number" in output
+
+
+@pytest.mark.skipif(USE_PG, reason="Postgres refuses text that is not JSON in a json column")
+async def test_an_evaluation_that_cannot_be_read_cannot_be_replayed(
+    golden: Golden, chain: str
+) -> None:
+    evaluation = golden.late_checks[5]
+    before = await cstp(chain, "guardrails", "replay", evaluation)
+    assert before.exit_code == 0 and "same verdict" in before.output, before.output
+    await drop_triggers(chain)
+    await run_sql(
+        chain, "UPDATE guardrail_evaluations SET facts = '{bad' WHERE id = :i", i=evaluation
+    )
+    result = await cstp(chain, "guardrails", "replay", evaluation)
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output  # 2: cannot replay
+    assert "cannot be read" in lines[0] and "cstp audit verify" in lines[0]
+
+
+async def test_from_a_sequence_number_checks_that_the_entry_before_it_is_there(
+    golden: Golden, chain: str
+) -> None:
+    review_id = golden.review_ids[len(golden.review_ids) // 2]
+    seq = await seq_of(chain, "decision_reviews", review_id)
+    entries, _ = await coverage(chain)
+    await drop_triggers(chain)
+    await run_sql(chain, "DELETE FROM decision_reviews WHERE id = :i", i=review_id)
+    await run_sql(chain, "DELETE FROM audit_chain WHERE seq = :s", s=seq)
+    code, found, output = await verify(chain, "--from", str(seq + 1))
+    assert code == 1, output
+    assert found == [Found("missing", seq, None, None, None)], output
+    # beyond the end: what was verified up to there is gone
+    code, found, output = await verify(chain, "--from", str(entries + 5))
+    assert code == 1, output
+    assert found == [Found("missing", entries + 1, None, None, entries + 4)], output
+
+
+async def test_with_the_key_set_a_checkpoint_taken_without_it_is_refused(
+    chain: str, tmp_path: Path
+) -> None:
+    """Without the key a checkpoint's MAC is a plain SHA-256: anyone can write one, e.g. one
+    naming an earlier head to hide a cut tail."""
+    entries, _ = await coverage(chain)
+    (head,) = await run_sql(chain, "SELECT hash FROM audit_chain WHERE seq = :s", s=entries - 3)
+    body = {
+        "format": "cstp-audit-checkpoint/1",
+        "seq": entries - 3,
+        "hash": head["hash"],
+        "time": "2026-12-03T08:00:00.000000Z",
+        "keyed": False,
+    }
+    forged = tmp_path / "forged.json"
+    forged.write_text(json.dumps({**body, "mac": checkpoint_mac(None, body)}))
+    code, found, output = await verify(chain, "--checkpoint", str(forged))
+    assert code == 1, output
+    assert [(f.kind, f.seq) for f in found] == [("checkpoint", entries - 3)]
+    assert "taken without the audit key" in output
+    assert (await verify(chain, "--checkpoint", str(forged), key=None))[0] == 1  # keyed chain
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        (b'{"format": "cstp-audit-checkpoint/1", "seq": 1e400}', "seq is not a whole number"),
+        (b"\xff\xfe not text", "not UTF-8 text"),
+    ],
+)
+async def test_a_checkpoint_file_that_is_not_one_is_one_line_naming_it(
+    chain: str, tmp_path: Path, content: bytes, fragment: str
+) -> None:
+    point = tmp_path / "point.json"
+    point.write_bytes(content)
+    result = await cstp(chain, "audit", "verify", "--checkpoint", str(point))
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 1 and len(lines) == 1, result.output
+    assert str(point) in lines[0] and fragment in lines[0]
 
 
 # ---- (e) a key: recomputing without it is caught ------------------------------------------------
