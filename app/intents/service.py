@@ -141,7 +141,7 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
     checked = staged.checked
     similar = [similar_item(f) for f in found]
     ev = checked.evaluation
-    advice = [r.suggestion for r in (*ev.violations, *ev.warnings)]
+    advice = [w.suggestion for w in ev.warnings]
     response = {
         "received": True,
         "correlationId": correlation_id,

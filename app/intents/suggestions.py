@@ -1,5 +1,8 @@
-"""Suggestions for an announced intent, as the seed's generator describes: what happened to
-the nearest reviewed decisions, then what the guardrails advise. At most five."""
+"""Suggestions for an announced intent, as the seed's generator (SPEC.md) describes: the
+outcomes of the three nearest similar decisions that were reviewed as a success, a failure or
+partial, then the guardrail warnings' own suggestions. At most five; a text already given is
+not repeated. A blocking rule's suggestion is in ``guardrailStatus.violations``, and a
+decision's lessons in ``similarDecisions[].notes``."""
 
 from __future__ import annotations
 
@@ -16,17 +19,17 @@ _OUTCOME_TEXT = {
 }
 
 
-def generate(similar: Sequence[dict[str, Any]], advice: Iterable[str | None]) -> list[str]:
+def generate(similar: Sequence[dict[str, Any]], warnings: Iterable[str | None]) -> list[str]:
+    """From ``similar`` (nearest first) and the warnings' suggestions (None: a warning with
+    none)."""
     suggestions: list[str] = []
-    reviewed = [d for d in similar if d.get("outcome") in _OUTCOME_TEXT][:FROM_OUTCOMES]
-    for decision in reviewed:
-        text = _OUTCOME_TEXT[decision["outcome"]].format(title=decision["title"])
-        notes = decision.get("notes")
-        if notes and decision["outcome"] != "success":
-            text += f" (lesson: {notes})"
-        if text not in suggestions:  # decisions of the same title and outcome: said once
-            suggestions.append(text)
-    for item in advice:
+    for decision in similar[:FROM_OUTCOMES]:
+        template = _OUTCOME_TEXT.get(decision.get("outcome") or "")
+        if template is not None:
+            text = template.format(title=decision["title"])
+            if text not in suggestions:  # decisions of one title and outcome: said once
+                suggestions.append(text)
+    for item in warnings:
         if item and item not in suggestions:
             suggestions.append(item)
     return suggestions[:MAX_SUGGESTIONS]

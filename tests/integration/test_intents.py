@@ -164,7 +164,7 @@ async def test_seed_example_returns_every_field_and_leaves_audit_rows(
     suggestions = result["suggestions"]
     assert 1 <= len(suggestions) <= 5
     assert f"Similar action succeeded: {DEPLOYED}" in suggestions
-    assert any(s.startswith(f"Similar action had issues: {ROLLED_BACK}") for s in suggestions)
+    assert f"Similar action had issues: {ROLLED_BACK}" in suggestions  # the seed's text, as is
     staged = status["warnings"][0].get("suggestion")
     assert staged and staged in suggestions
 
@@ -239,7 +239,7 @@ async def test_a_failed_similar_decision_is_shown_with_its_lessons_and_warned_ab
     assert similar[0]["outcome"] == "failure"
     assert similar[0]["notes"] == lessons  # lessons win over the actual result
     warnings = [s for s in result["suggestions"] if "Similar action failed" in s]
-    assert len(warnings) == 1 and similar[0]["title"] in warnings[0]
+    assert warnings == [f"Warning: Similar action failed: {similar[0]['title']}"]
     assert len(result["suggestions"]) <= 5
 
 
@@ -325,6 +325,9 @@ async def test_guardrails_see_metadata_but_metadata_cannot_override_core_fields(
     assert [v["guardrailId"] for v in blocked["guardrailStatus"]["violations"]] == [
         "production-needs-code-review"
     ]
+    # the blocking rule's advice is in its violation; suggestions take the warnings' (SPEC.md)
+    advice = blocked["guardrailStatus"]["violations"][0]["suggestion"]
+    assert advice and advice not in blocked["suggestions"]
     allowed = await shared_rpc.ok(
         ANNOUNCE, {**base, "metadata": {"affects_production": True, "code_review": True}}
     )
