@@ -19,12 +19,17 @@ FORGED = {
     "intent_matches": ("distance", "0.999"),
     "guardrail_evaluations": ("allowed", "NOT allowed"),
     "guardrail_rule_results": ("message", "'edited'"),
+    "decisions": ("decision", "'edited'"),
+    "decision_reasons": ("text", "'edited'"),
+    "decision_tags": ("position", "99"),
     "decision_reviews": ("outcome", "'success'"),
     "audit_chain": ("hash", "'forged'"),
     "guardrail_rule_sets": ("content", "'{}'"),
 }
 # The primary key of the tables whose key is not ``id``.
-KEYS = {"audit_chain": "seq", "guardrail_rule_sets": "hash"}
+KEYS = {"audit_chain": "seq", "guardrail_rule_sets": "hash", "decision_tags": "decision_id"}
+# The conflict target of an upsert, where it is not the key above.
+CONFLICT = {"decision_tags": "decision_id, tag"}
 
 
 async def columns(url: str, table: str) -> list[str]:
@@ -46,6 +51,8 @@ async def seed(rpc: Rpc) -> None:
             "decision": "Cache search results for an hour",
             "confidence": 0.7,
             "category": "architecture",
+            "reasons": [{"type": "analysis", "text": "the same searches repeat", "strength": 0.8}],
+            "tags": ["cache"],
         },
     )
     await rpc.ok("cstp.reviewDecision", {"id": recorded["id"], "outcome": "failure"})
@@ -64,12 +71,12 @@ async def seed(rpc: Rpc) -> None:
 def statements(database_url: str, table: str, cols: list[str]) -> list[str]:
     column, value = FORGED[table]
     key = KEYS.get(table, "id")
-    forged = ", ".join(value if c == column else c for c in cols)
-    names = ", ".join(cols)
+    forged = ", ".join(value if c == column else f'"{c}"' for c in cols)  # "commit" is a keyword
+    names = ", ".join(f'"{c}"' for c in cols)
     copy = f"SELECT {forged} FROM {table} WHERE {key} = (SELECT MIN({key}) FROM {table})"
     upsert = (
         f"INSERT INTO {table} ({names}) {copy} "
-        f"ON CONFLICT ({key}) DO UPDATE SET {column} = excluded.{column}"
+        f"ON CONFLICT ({CONFLICT.get(table, key)}) DO UPDATE SET {column} = excluded.{column}"
     )
     out = [
         f"UPDATE {table} SET {column} = {value}",
@@ -128,6 +135,28 @@ async def test_replace_on_the_intents_correlation_key_cannot_swap_an_announcemen
             "FROM intents WHERE correlation_id = 'cache-1'",
         )
     assert await snapshot(database_url) == before
+
+
+async def test_a_review_still_updates_the_review_columns_of_a_decision(
+    rpc: Rpc, database_url: str
+) -> None:
+    """A decision's row is frozen but for what reviews change (each review is kept whole in
+    decision_reviews)."""
+    await seed(rpc)
+    (row,) = await run_sql(database_url, "SELECT id FROM decisions")
+    await rpc.ok(
+        "cstp.reviewDecision", {"id": row["id"], "outcome": "success", "lessons": "warm it"}
+    )
+    (after,) = await run_sql(database_url, "SELECT outcome, lessons, status FROM decisions")
+    assert (after["outcome"], after["lessons"], after["status"]) == (
+        "success",
+        "warm it",
+        "reviewed",
+    )
+    await run_sql(database_url, "UPDATE decisions SET review_notes = 'by hand', status = status")
+    for frozen in ("confidence = 0.99", "created_at = reviewed_at", "recorded_by = 'mallory'"):
+        with pytest.raises(DBAPIError, match="append-only but for its review columns"):
+            await run_sql(database_url, f"UPDATE decisions SET {frozen}")
 
 
 async def test_new_audit_rows_are_still_written(rpc: Rpc, database_url: str) -> None:
