@@ -84,34 +84,21 @@ def check_point(
     conn: Connection, point: Checkpoint, secret: bytes | None, last: int
 ) -> list[Problem]:
     where = f"checkpoint {point.source} ({point.time})"
+
+    def problem(why: str) -> list[Problem]:
+        return [Problem("checkpoint", point.seq, None, None, f"{where}{why}")]
+
     if point.keyed and secret is None:
-        return [
-            Problem("checkpoint", point.seq, None, None, f"{where} is keyed: set the audit key")
-        ]
+        return problem(" is keyed: set the audit key")
     if secret is not None and not point.keyed:
         # Its MAC is a plain SHA-256 anyone can compute: a file that says it was taken
         # without the key could be anyone's, e.g. one naming an earlier head to hide a cut.
-        return [
-            Problem(
-                "checkpoint",
-                point.seq,
-                None,
-                None,
-                f"{where} was taken without the audit key, which is set: anyone could have "
-                "written it (take checkpoints with the key)",
-            )
-        ]
-    expected = checkpoint_mac(secret, point.signed())
-    if not hmac.compare_digest(expected, point.mac):
-        return [
-            Problem(
-                "checkpoint",
-                point.seq,
-                None,
-                None,
-                f"{where}: its MAC does not hold (the file was edited, or made with another key)",
-            )
-        ]
+        return problem(
+            " was taken without the audit key, which is set: anyone could have written it "
+            "(take checkpoints with the key)"
+        )
+    if not hmac.compare_digest(checkpoint_mac(secret, point.signed()), point.mac):
+        return problem(": its MAC does not hold (the file was edited, or made with another key)")
     if point.seq > last:
         return [
             Problem(
@@ -128,15 +115,7 @@ def check_point(
         return []
     row = conn.execute(select(CHAIN.c.hash).where(CHAIN.c.seq == point.seq)).first()
     if row is None:
-        return [Problem("checkpoint", point.seq, None, None, f"{where}: the entry is missing")]
+        return problem(": the entry is missing")
     if not hmac.compare_digest(str(row[0]), point.hash):
-        return [
-            Problem(
-                "checkpoint",
-                point.seq,
-                None,
-                None,
-                f"{where}: the entry's hash is not the one recorded (the chain was rewritten)",
-            )
-        ]
+        return problem(": the entry's hash is not the one recorded (the chain was rewritten)")
     return []

@@ -181,30 +181,20 @@ def _row_problems(conn: Connection, rows: Sequence[Any]) -> list[Problem]:
             continue
         docs, unreadable = load_checked(conn, audited, [str(e.row_id) for e in entries])
         for e in entries:
-            doc = docs.get(str(e.row_id))
-            if str(e.row_id) in unreadable:
-                why = unreadable[str(e.row_id)]
-                out.append(
-                    Problem(
-                        "changed",
-                        int(e.seq),
-                        table,
-                        str(e.row_id),
-                        f"a value is not in the form the server stores ({why})",
-                    )
+            row_id = str(e.row_id)
+            doc = docs.get(row_id)
+            if row_id in unreadable:
+                kind, why = (
+                    "changed",
+                    f"a value is not in the form the server stores ({unreadable[row_id]})",
                 )
             elif doc is None:
-                out.append(Problem("deleted", int(e.seq), table, str(e.row_id), "the row is gone"))
+                kind, why = "deleted", "the row is gone"
             elif digest_of(doc) != str(e.digest):
-                out.append(
-                    Problem(
-                        "changed",
-                        int(e.seq),
-                        table,
-                        str(e.row_id),
-                        "the row (or one of its child rows) is not what was recorded",
-                    )
-                )
+                kind, why = "changed", "the row (or one of its child rows) is not what was recorded"
+            else:
+                continue
+            out.append(Problem(kind, int(e.seq), table, row_id, why))
     return out
 
 
