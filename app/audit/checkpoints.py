@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,6 +19,7 @@ from .chain import CHAIN, GENESIS
 from .problems import Problem
 
 CHECKPOINT_FORMAT = "cstp-audit-checkpoint/1"
+_HEX64 = re.compile(r"[0-9a-f]{64}", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,9 @@ def read_checkpoint(text: str, source: str) -> Checkpoint:
             raise ValueError(f"not a checkpoint (format {data.get('format')!r})")
         if type(data["seq"]) is not int or data["seq"] < 0:
             raise ValueError("its seq is not a whole number")
+        for name in ("hash", "mac"):
+            if not (isinstance(data[name], str) and _HEX64.fullmatch(data[name])):
+                raise ValueError(f"its {name} is not 64 hexadecimal digits")
         point = Checkpoint(
             seq=data["seq"],
             hash=str(data["hash"]),
@@ -116,6 +121,6 @@ def check_point(
     row = conn.execute(select(CHAIN.c.hash).where(CHAIN.c.seq == point.seq)).first()
     if row is None:
         return problem(": the entry is missing")
-    if not hmac.compare_digest(str(row[0]), point.hash):
+    if not hmac.compare_digest(str(row[0]).encode(), point.hash.encode()):
         return problem(": the entry's hash is not the one recorded (the chain was rewritten)")
     return []

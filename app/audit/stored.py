@@ -16,7 +16,8 @@ conversions, and accepts only:
 - whole numbers: integers (not reals, not text);
 - floating-point numbers: reals (not integers or text: a float column stores reals);
 - timestamps: a ``timestamptz`` (Postgres); on SQLite exactly ``YYYY-MM-DD HH:MM:SS.ffffff``,
-  the text SQLAlchemy writes, which sorts and compares as the time it names;
+  the text SQLAlchemy writes (or, in rows stored before the chain, whole seconds without the
+  fraction), which sorts and compares as the time it names;
 - JSON: text that parses as JSON with no repeated member names and no ``NaN``/``Infinity``;
 - text: text.
 
@@ -36,7 +37,9 @@ from sqlalchemy import JSON, Boolean, Float, Integer, Table
 
 from app.db.base import UtcDateTime
 
-_SQLITE_TIME = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{6}", re.ASCII)
+# The fraction is always written by SQLAlchemy; rows stored before the audit chain by other
+# means (sqlite3's own adapter, SQLite's datetime()) may have whole seconds without one.
+_SQLITE_TIME = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(\.\d{6})?", re.ASCII)
 
 
 class NotStored(ValueError):
@@ -68,8 +71,9 @@ def _time(value: Any) -> datetime:
             raise ValueError("a timestamp without its time zone")
         return value.astimezone(UTC)
     if not (isinstance(value, str) and _SQLITE_TIME.fullmatch(value)):
-        raise ValueError("not a timestamp written as YYYY-MM-DD HH:MM:SS.ffffff")
-    return datetime.strptime(value, "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=UTC)
+        raise ValueError("not a timestamp written as YYYY-MM-DD HH:MM:SS[.ffffff]")
+    shape = "%Y-%m-%d %H:%M:%S.%f" if "." in value else "%Y-%m-%d %H:%M:%S"
+    return datetime.strptime(value, shape).replace(tzinfo=UTC)
 
 
 def value(raw: Any, table: Table, column: str) -> Any:

@@ -27,7 +27,8 @@ import hmac
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, String, and_, cast, exists, func, select
+from sqlalchemy import BigInteger, Connection, String, and_, cast, exists, func, select, type_coerce
+from sqlalchemy.types import NullType
 
 from app.db.base import table_of
 from app.db.guardrails import GuardrailEvaluation, GuardrailRuleSet
@@ -42,18 +43,34 @@ BATCH = 500
 MAX_INSERTED = 100  # inserted rows reported one by one; beyond, a count
 
 
+# SQLite keeps whatever an UPDATE writes in ``seq``: the entries whose seq is a whole number
+# are the chain; the others (text, a real) are reported on their own.
+_WHOLE = CHAIN.c.seq == cast(CHAIN.c.seq, BigInteger)
+
+
 def _batches(conn: Connection, start: int) -> Iterator[Sequence[Any]]:
     after = start - 1
     while True:
         rows = conn.execute(
-            select(CHAIN).where(CHAIN.c.seq > after).order_by(CHAIN.c.seq).limit(BATCH)
+            select(CHAIN).where(_WHOLE, CHAIN.c.seq > after).order_by(CHAIN.c.seq).limit(BATCH)
         ).all()
         if not rows:
             return
         yield rows
-        if any(type(r.seq) is not int for r in rows):
-            return  # SQLite orders a seq that is not a number after every number: the end
         after = int(rows[-1].seq)
+
+
+def _not_whole(conn: Connection) -> list[Problem]:
+    return [
+        Problem(
+            "hash",
+            None,
+            str(e.table_name),
+            str(e.row_id),
+            f"its seq ({str(e.seq)[:20]!r}) is not a whole number (the entry was edited)",
+        )
+        for e in conn.execute(select(CHAIN).where(~_WHOLE)).all()
+    ]
 
 
 def verify(
@@ -67,8 +84,10 @@ def verify(
     """Check the chain from entry ``start`` on (links from the entry before it), every
     audited row's coverage, the rule sets, and each checkpoint."""
     start = max(start, 1)
-    last = int(conn.execute(select(func.max(CHAIN.c.seq))).scalar() or 0)
-    total = int(conn.execute(select(func.count()).where(CHAIN.c.seq >= start)).scalar() or 0)
+    last = int(conn.execute(select(func.max(CHAIN.c.seq)).where(_WHOLE)).scalar() or 0)
+    total = int(
+        conn.execute(select(func.count()).where(_WHOLE, CHAIN.c.seq >= start)).scalar() or 0
+    )
     report = Report(first=start, last=last)
     problems: list[Problem] = []
     if start == 1:
@@ -102,19 +121,7 @@ def verify(
     expected = start
     for rows in _batches(conn, start):
         for e in rows:
-            if type(e.seq) is not int:  # SQLite stores whatever an UPDATE gives it
-                problems.append(
-                    Problem(
-                        "hash",
-                        None,
-                        str(e.table_name),
-                        str(e.row_id),
-                        f"its seq ({str(e.seq)[:20]!r}) is not a whole number (the entry was "
-                        "edited)",
-                    )
-                )
-                continue
-            seq = e.seq
+            seq = int(e.seq)
             gap = seq != expected
             if gap:
                 problems.append(
@@ -122,10 +129,11 @@ def verify(
                 )
             problems.extend(_entry_problems(e, secret, None if gap else prev))
             prev, expected = str(e.hash), seq + 1
-        problems.extend(_row_problems(conn, [e for e in rows if type(e.seq) is int]))
+        problems.extend(_row_problems(conn, rows))
         report.checked += len(rows)
         if progress is not None:
             progress(report.checked, max(total, report.checked))
+    problems.extend(_not_whole(conn))
     problems.extend(_duplicates(conn))
     problems.extend(_inserted(conn))
     problems.extend(_rule_sets(conn))
@@ -144,7 +152,7 @@ def _entry_problems(e: Any, secret: bytes | None, prev: str | None) -> list[Prob
         )
     else:
         hashed = entry_hash(secret, seq, table, row_id, str(e.digest), str(e.prev_hash))
-        if not hmac.compare_digest(hashed, str(e.hash)):
+        if not hmac.compare_digest(hashed.encode(), str(e.hash).encode()):
             why = (
                 "the entry's hash is not the HMAC of its content under the audit key "
                 "(the entry was edited, or written without the key)"
@@ -221,13 +229,14 @@ def _inserted(conn: Connection) -> list[Problem]:
     found: list[tuple[Any, str, str]] = []
     for audited in AUDITED.values():
         table, row_id = audited.table, _row_id(audited)
-        time = table.c[audited.time]
+        # as stored: a forged row's time may be nothing a timestamp column type can read
+        time = type_coerce(table.c[audited.time], NullType())
         covered = exists().where(and_(CHAIN.c.table_name == audited.name, CHAIN.c.row_id == row_id))
         rows = conn.execute(
             select(row_id, time).where(~covered).order_by(time).limit(MAX_INSERTED + 1)
         ).all()
         found.extend((r[1], audited.name, str(r[0])) for r in rows)
-    found.sort()
+    found.sort(key=lambda f: (str(f[0]), f[1], f[2]))  # ISO-like text, or UTC timestamptz
     out: list[Problem] = []
     for when, name, key in found[:MAX_INSERTED]:
         out.append(
@@ -256,7 +265,7 @@ def _position(conn: Connection, when: Any) -> int:
                     and_(CHAIN.c.table_name == audited.name, CHAIN.c.row_id == _row_id(audited)),
                 )
             )
-            .where(table.c[audited.time] <= when)
+            .where(type_coerce(table.c[audited.time], NullType()) <= when)
         ).scalar()
         best = max(best, int(seq or 0))
     return best

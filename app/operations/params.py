@@ -9,6 +9,7 @@ are accepted.
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Callable
 from datetime import UTC, date, datetime, time
@@ -121,6 +122,10 @@ def free_form_problem(value: dict[str, Any]) -> tuple[str, str] | None:
             if depth > FREE_FORM_MAX_DEPTH:
                 return where, f"is nested more than {FREE_FORM_MAX_DEPTH} levels deep"
             stack.extend((sub, f"{where}[{i}]", depth + 1) for i, sub in enumerate(item))
+        elif isinstance(item, float) and not math.isfinite(item):
+            # JSON has no NaN or Infinity; a transport whose parser reads them (the MCP SDK's
+            # reads NaN, and 1e400 as infinity) must not get them stored
+            return where, "holds a number that is not finite (NaN or Infinity)"
     if len(msgspec.json.encode(value)) > FREE_FORM_MAX_BYTES:
         return "", f"is larger than {FREE_FORM_MAX_BYTES} bytes as JSON"
     return None

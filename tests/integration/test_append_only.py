@@ -3,13 +3,16 @@ remove one is refused, on SQLite whatever the connection's pragmas, and on Postg
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import JSON, Boolean, Float, Integer, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from app.audit.tables import DECISIONS
+from app.db.base import UtcDateTime
 from support.app import Rpc
 from support.databases import run_sql
 
@@ -154,9 +157,31 @@ async def test_a_review_still_updates_the_review_columns_of_a_decision(
         "reviewed",
     )
     await run_sql(database_url, "UPDATE decisions SET review_notes = 'by hand', status = status")
-    for frozen in ("confidence = 0.99", "created_at = reviewed_at", "recorded_by = 'mallory'"):
+    frozen = importlib.import_module(
+        "app.db.migrations.versions.2026_12_03_0010_decisions_append_only"
+    ).FROZEN
+    assert frozen == DECISIONS.columns  # the columns the audit chain covers, no more, no less
+    for column in frozen:
         with pytest.raises(DBAPIError, match="append-only but for its review columns"):
-            await run_sql(database_url, f"UPDATE decisions SET {frozen}")
+            await run_sql(
+                database_url, f'UPDATE decisions SET "{column}" = {_another_value(column)}'
+            )
+
+
+def _another_value(name: str) -> str:
+    """SQL for a value of the column's type other than the one it holds (on both databases)."""
+    column, quoted = DECISIONS.table.c[name], f'"{name}"'
+    if name == "id":
+        return "'0f0f0f0f'"
+    if isinstance(column.type, Boolean):
+        return f"CASE WHEN {quoted} THEN false ELSE true END"
+    if isinstance(column.type, Integer | Float):
+        return f"coalesce({quoted}, 0) + 1"
+    if isinstance(column.type, UtcDateTime):
+        return "reviewed_at"  # set by the review, later than the decision's times
+    if isinstance(column.type, JSON):
+        return "'[\"changed\"]'"
+    return f"CASE WHEN {quoted} = 'x' THEN 'y' ELSE 'x' END"  # short: varchar(n) holds it
 
 
 async def test_new_audit_rows_are_still_written(rpc: Rpc, database_url: str) -> None:

@@ -525,6 +525,28 @@ async def test_an_evaluation_that_cannot_be_read_cannot_be_replayed(
     assert "cannot be read" in lines[0] and "cstp audit verify" in lines[0]
 
 
+@pytest.mark.skipif(USE_PG, reason="Postgres keeps seq a bigint")
+@pytest.mark.parametrize("forged_seq", ["'abc'", "2.5"])
+async def test_an_entry_whose_seq_is_not_a_whole_number_is_named_and_the_rest_checked(
+    golden: Golden, chain: str, forged_seq: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Text sorts after every number in SQLite, a real among them: either way the entries
+    after it are still read (in batches of two here) and a problem further on still found."""
+    monkeypatch.setattr("app.audit.verify.BATCH", 2)
+    review_id = golden.review_ids[len(golden.review_ids) // 2]
+    deleted = await seq_of(chain, "decision_reviews", review_id)
+    await drop_triggers(chain)
+    await run_sql(chain, f"UPDATE audit_chain SET seq = {forged_seq} WHERE seq = 3")
+    await run_sql(chain, "DELETE FROM decision_reviews WHERE id = :i", i=review_id)
+    code, found, output = await verify(chain)
+    assert code == 1, output
+    kinds = {(f.kind, f.seq) for f in found}
+    assert ("missing", 3) in kinds and ("deleted", deleted) in kinds, output
+    assert ("hash", None) in kinds and "is not a whole number" in output, output
+    entries, _ = await coverage(chain)
+    assert f"entries 1..{entries} checked" in output
+
+
 async def test_from_a_sequence_number_checks_that_the_entry_before_it_is_there(
     golden: Golden, chain: str
 ) -> None:
@@ -571,6 +593,11 @@ async def test_with_the_key_set_a_checkpoint_taken_without_it_is_refused(
     [
         (b'{"format": "cstp-audit-checkpoint/1", "seq": 1e400}', "seq is not a whole number"),
         (b"\xff\xfe not text", "not UTF-8 text"),
+        (
+            b'{"format": "cstp-audit-checkpoint/1", "seq": 3, "hash": "\\u00e9", "time": "",'
+            b' "keyed": true, "mac": "00"}',
+            "hash is not 64 hexadecimal digits",
+        ),
     ],
 )
 async def test_a_checkpoint_file_that_is_not_one_is_one_line_naming_it(

@@ -260,6 +260,38 @@ async def test_mcp_refuses_a_body_over_the_cap_as_cstp_does(server: Server) -> N
     assert mcp.status_code == cstp.status_code == 413, (mcp.text, cstp.text)
 
 
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "1e400"])
+async def test_a_number_json_cannot_hold_is_refused_over_mcp_too(
+    server: Server, number: str
+) -> None:
+    """/cstp refuses NaN and Infinity as invalid JSON (-32700); the MCP SDK's parser reads
+    them (and 1e400 as infinity), so the tools refuse them as params (-32602), not store
+    them."""
+    body = (
+        '{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": '
+        '"announce_intent", "arguments": {"intent": "Tune the cache", "metadata": {"load": '
+        f"{number}}}}}}}}}"
+    )
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "Authorization": "Bearer token-alice",
+    }
+    async with httpx.AsyncClient(timeout=60) as client:
+        response = await client.post(server.mcp, content=body, headers=headers)
+    assert response.status_code == 200, response.text
+    data = [line[5:] for line in response.text.splitlines() if line.startswith("data:")]
+    answer = json.loads(data[0] if data else response.text)
+    result = answer["result"]
+    assert result["isError"] is True, answer
+    error = result["structuredContent"]["error"]
+    assert error["code"] == -32602, error
+    assert error["data"] == {
+        "field": "metadata.load",
+        "error": "holds a number that is not finite (NaN or Infinity)",
+    }
+
+
 async def test_mcp_without_a_valid_token_is_401_as_cstp_is(server: Server) -> None:
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
     headers = {"Accept": "application/json, text/event-stream"}

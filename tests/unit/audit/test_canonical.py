@@ -170,8 +170,8 @@ def test_entries_link_and_a_key_changes_every_hash() -> None:
 
 def test_a_checkpoint_round_trips_and_an_edit_breaks_its_mac() -> None:
     key = b"k" * 32
-    draft = Checkpoint(12, "h" * 64, "2026-12-02T06:00:00.000000Z", True, "")
-    point = Checkpoint(12, "h" * 64, draft.time, True, checkpoint_mac(key, draft.signed()))
+    draft = Checkpoint(12, "ab" * 32, "2026-12-02T06:00:00.000000Z", True, "")
+    point = Checkpoint(12, "ab" * 32, draft.time, True, checkpoint_mac(key, draft.signed()))
     again = read_checkpoint(point.as_json(), "cp.json")
     assert checkpoint_mac(key, again.signed()) == again.mac
     edited = read_checkpoint(point.as_json().replace('"seq": 12', '"seq": 13'), "cp.json")
