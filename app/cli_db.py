@@ -51,7 +51,7 @@ def db_upgrade(revision: str) -> None:
     async def go() -> str | None:
         return await _migrate(url, await schema_state(url), lambda: migrate.upgrade(url, revision))
 
-    click.echo(f"at {run_async(go) or 'base (no tables)'}")
+    click.echo(f"at {run_async(go) or 'base (no revision)'}")
 
 
 @db.command("downgrade")
@@ -70,7 +70,7 @@ def db_downgrade(revision: str) -> None:
             return None
         return await _migrate(url, state, lambda: migrate.downgrade(url, revision))
 
-    click.echo(f"at {run_async(go) or 'base (no tables)'}")
+    click.echo(f"at {run_async(go) or 'base (no revision)'}")
 
 
 @db.command("current")

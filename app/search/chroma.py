@@ -36,6 +36,13 @@ from app.search.types import IndexStats, IndexUnavailable, unavailable
 
 logger = logging.getLogger(__name__)
 
+# Our collections have no embedding function (the vectors are ours), which Chroma stores as its
+# "legacy" kind and warns about whenever a collection's configuration is read (``_tuned``). Set
+# once here: catch_warnings() around the read would not be thread-safe (it runs in workers).
+warnings.filterwarnings(
+    "ignore", "legacy embedding function config", DeprecationWarning, r"chromadb\."
+)
+
 T = TypeVar("T")
 CONNECT_TIMEOUT_S = 2.0
 REQUEST_TIMEOUT_S = 5.0
@@ -142,11 +149,7 @@ def _tuned(client: ClientAPI, collection: Collection) -> Collection:
     """A collection made before SYNC_THRESHOLD or EF_SEARCH was set gets them now. Chroma
     reads both when it first opens the index, which has not happened yet in this process
     (a change made after that takes effect at the next start)."""
-    with warnings.catch_warnings():
-        # Our collections have no embedding function (the vectors are ours), which Chroma
-        # stores as its "legacy" kind and warns about whenever the configuration is read.
-        warnings.filterwarnings("ignore", "legacy embedding function config", DeprecationWarning)
-        configuration: Mapping[str, Any] | None = collection.configuration  # none on old ones
+    configuration: Mapping[str, Any] | None = collection.configuration  # none on old ones
     hnsw = (configuration or {}).get("hnsw") or {}
     changes: UpdateHNSWConfiguration = {}
     if hnsw.get("sync_threshold", SYNC_THRESHOLD) > SYNC_THRESHOLD:

@@ -267,7 +267,7 @@ AFTER = {"db downgrade": FIRST, "db current": None}
 def test_downgrading_to_base_says_so(runner: CliRunner, install: Install) -> None:
     install.put_in("older")
     outcome = _invoke(runner, ["db", "downgrade", "base"], install.env)
-    assert (outcome.code, outcome.stdout) == (0, "at base (no tables)\n"), outcome
+    assert (outcome.code, outcome.stdout) == (0, "at base (no revision)\n"), outcome
     assert _invoke(runner, ["db", "current"], install.env).stdout.startswith("current: none")
 
 

@@ -97,7 +97,6 @@ async def test_where_matching_nothing_and_empty_collection(index: VectorIndex) -
     ] == ["a"]
 
 
-@pytest.mark.filterwarnings("ignore:legacy embedding function config")  # Chroma's own
 async def test_index_persists_every_hundred_writes_even_for_an_older_collection(
     tmp_path: Path, embedder: Embedder
 ) -> None:
@@ -395,7 +394,6 @@ async def test_prepare_returns_even_when_the_embedder_answers_wrongly(tmp_path: 
         await idx.aclose()
 
 
-@pytest.mark.filterwarnings("ignore:legacy embedding function config")  # Chroma's own
 async def test_index_searches_with_ef_search_even_for_an_older_collection(
     tmp_path: Path, embedder: Embedder
 ) -> None:
