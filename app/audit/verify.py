@@ -16,6 +16,8 @@ with the entry's sequence number, table and row id:
 - ``duplicate``: a row covered by more than one entry;
 - ``rule-set``: a stored rule set whose content does not hash to its key, or an evaluation
   whose rule set is not stored;
+- ``review``: a decision whose review columns (which the chain leaves out: every review
+  updates them) are not a copy of its latest review, which is chained;
 - ``checkpoint``: a checkpoint that does not match the chain (its entry differs), whose MAC
   does not hold, or that is beyond the chain's end (``truncated``: entries were cut off).
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -31,6 +34,7 @@ from sqlalchemy import BigInteger, Connection, String, and_, cast, exists, func,
 from sqlalchemy.types import NullType
 
 from app.db.base import table_of
+from app.db.decisions import Decision, DecisionReview
 from app.db.guardrails import GuardrailEvaluation, GuardrailRuleSet
 
 from .canonical import AUDITED, Audited, digest_of, load_checked
@@ -137,6 +141,7 @@ def verify(
     problems.extend(_duplicates(conn))
     problems.extend(_inserted(conn))
     problems.extend(_rule_sets(conn))
+    problems.extend(_review_copies(conn))
     for point in checkpoints:
         problems.extend(check_point(conn, point, secret, last))
     report.problems = _ranges(problems)
@@ -269,6 +274,87 @@ def _position(conn: Connection, when: Any) -> int:
         ).scalar()
         best = max(best, int(seq or 0))
     return best
+
+
+# A decision's review columns, which the chain does not cover (every review updates them), and
+# the columns of its latest review they copy: the reviews are chained, so the copy is checked.
+REVIEW_COPY = (
+    ("outcome", "outcome"),
+    ("actual_result", "actual_result"),
+    ("lessons", "lessons"),
+    ("review_notes", "notes"),
+    ("affected_kpis", "affected_kpis"),
+    ("reviewed_by", "reviewed_by"),
+    ("reviewed_at", "reviewed_at"),
+)
+
+
+def _review_copies(conn: Connection) -> list[Problem]:
+    """Decisions whose review columns are not those of their latest review (or, with no
+    review, not empty and ``pending``), compared as stored."""
+    decisions, reviews = table_of(Decision), table_of(DecisionReview)
+
+    def raw(column: Any, label: str) -> Any:
+        return type_coerce(column, NullType()).label(label)
+
+    latest = (
+        select(reviews.c.decision_id, func.max(reviews.c.id).label("review_id"))
+        .group_by(reviews.c.decision_id)
+        .subquery()
+    )
+    query = (
+        select(
+            decisions.c.id,
+            CHAIN.c.seq,
+            raw(decisions.c.status, "status"),
+            reviews.c.id.label("review_id"),
+            *(raw(decisions.c[d], f"d_{d}") for d, _ in REVIEW_COPY),
+            *(raw(reviews.c[r], f"r_{r}") for _, r in REVIEW_COPY),
+        )
+        .select_from(
+            decisions.outerjoin(latest, latest.c.decision_id == decisions.c.id)
+            .outerjoin(reviews, reviews.c.id == latest.c.review_id)
+            .outerjoin(
+                CHAIN, and_(CHAIN.c.table_name == "decisions", CHAIN.c.row_id == decisions.c.id)
+            )
+        )
+        .order_by(decisions.c.id)
+    )
+    out = []
+    for row in conn.execute(query).mappings():
+        if row["review_id"] is None:
+            differ = [d for d, _ in REVIEW_COPY if row[f"d_{d}"] is not None]
+            if row["status"] != "pending":
+                differ.insert(0, "status")
+            if not differ:
+                continue
+            why = f"{', '.join(differ)} set, yet it has no review"
+        else:
+            differ = [
+                d for d, r in REVIEW_COPY if _value(row[f"d_{d}"]) != _value(row[f"r_{r}"])
+            ]
+            if row["status"] != "reviewed":
+                differ.insert(0, "status")
+            if not differ:
+                continue
+            why = (
+                f"{', '.join(differ)} not those of its latest review "
+                f"(decision_reviews {row['review_id']})"
+            )
+        seq = row["seq"] if type(row["seq"]) is int else None
+        out.append(Problem("review", seq, "decisions", str(row["id"]), why))
+    return out
+
+
+def _value(stored: Any) -> Any:
+    """A review column's value for comparison: JSON text parsed (the ORM writes a None as
+    SQL NULL in one table and as JSON ``null`` in the other), anything else as stored."""
+    if isinstance(stored, str) and stored[:1] in ("{", "[", "n"):
+        try:
+            return json.loads(stored)
+        except ValueError:
+            return stored
+    return stored
 
 
 def _rule_sets(conn: Connection) -> list[Problem]:

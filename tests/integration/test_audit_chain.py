@@ -147,6 +147,16 @@ async def seq_of(url: str, table: str, row_id: Any) -> int:
     return int(rows[0]["seq"])
 
 
+async def review_problem(url: str, review_id: int) -> Found:
+    """What deleting this review also shows: its decision, reviewed once, keeps an outcome
+    no review gave."""
+    (row,) = await run_sql(
+        url, "SELECT decision_id FROM decision_reviews WHERE id = :i", i=review_id
+    )
+    decision = str(row["decision_id"])
+    return Found("review", await seq_of(url, "decisions", decision), "decisions", decision, None)
+
+
 async def coverage(url: str) -> tuple[int, int]:
     """(entries, audited rows): equal when every row has its entry."""
     entries = (await run_sql(url, "SELECT COUNT(*) AS n FROM audit_chain"))[0]["n"]
@@ -333,11 +343,13 @@ async def test_a_deleted_review_in_the_middle_is_named_by_its_entry(
 ) -> None:
     review_id = golden.review_ids[len(golden.review_ids) // 2]
     expected = await seq_of(chain, "decision_reviews", review_id)
+    also = await review_problem(chain, review_id)
     await drop_triggers(chain)
     await run_sql(chain, "DELETE FROM decision_reviews WHERE id = :i", i=review_id)
     code, found, output = await verify(chain)
     assert code == 1, output
-    assert found == [Found("deleted", expected, "decision_reviews", str(review_id), None)]
+    assert found == [also, Found("deleted", expected, "decision_reviews", str(review_id), None)]
+    assert "set, yet it has no review" in output
 
 
 async def test_an_inserted_forged_evaluation_is_found_where_it_would_have_been_chained(
@@ -485,6 +497,7 @@ async def test_an_unreadable_value_is_named_and_the_other_problems_still_reporte
         chain, "SELECT intent_id AS id FROM intent_matches ORDER BY intent_id LIMIT 1"
     )
     review_id = golden.review_ids[len(golden.review_ids) // 2]
+    also = await review_problem(chain, review_id)
     await drop_triggers(chain)
     await run_sql(
         chain, "UPDATE intent_matches SET distance = 'abc' WHERE intent_id = :i", i=intent_id
@@ -502,6 +515,7 @@ async def test_an_unreadable_value_is_named_and_the_other_problems_still_reporte
                 str(review_id),
                 None,
             ),
+            also,
         ],
         key=lambda f: f.seq or 0,
     )
@@ -552,17 +566,18 @@ async def test_from_a_sequence_number_checks_that_the_entry_before_it_is_there(
 ) -> None:
     review_id = golden.review_ids[len(golden.review_ids) // 2]
     seq = await seq_of(chain, "decision_reviews", review_id)
+    also = await review_problem(chain, review_id)
     entries, _ = await coverage(chain)
     await drop_triggers(chain)
     await run_sql(chain, "DELETE FROM decision_reviews WHERE id = :i", i=review_id)
     await run_sql(chain, "DELETE FROM audit_chain WHERE seq = :s", s=seq)
     code, found, output = await verify(chain, "--from", str(seq + 1))
     assert code == 1, output
-    assert found == [Found("missing", seq, None, None, None)], output
+    assert found == [also, Found("missing", seq, None, None, None)], output
     # beyond the end: what was verified up to there is gone
     code, found, output = await verify(chain, "--from", str(entries + 5))
     assert code == 1, output
-    assert found == [Found("missing", entries + 1, None, None, entries + 4)], output
+    assert found == [also, Found("missing", entries + 1, None, None, entries + 4)], output
 
 
 async def test_with_the_key_set_a_checkpoint_taken_without_it_is_refused(
@@ -723,6 +738,41 @@ async def test_a_replaced_chain_entry_is_refused_on_sqlite(rpc: Rpc, database_ur
             "REPLACE INTO audit_chain (seq, table_name, row_id, digest, prev_hash, hash, keyed) "
             "SELECT 99, table_name, row_id, digest, prev_hash, hash, keyed FROM audit_chain",
         )
+
+
+async def test_a_decisions_review_columns_must_copy_its_latest_review(
+    golden: Golden, chain: str
+) -> None:
+    """The chain leaves a decision's review columns out (every review updates them, and the
+    triggers let it), but each review is chained: an outcome forged in place, which
+    getCalibration would count, is found by comparing the copy with its review."""
+    (reviewed,) = await run_sql(
+        chain,
+        "SELECT decision_id FROM decision_reviews r WHERE outcome = 'failure' AND id = "
+        "(SELECT MAX(id) FROM decision_reviews WHERE decision_id = r.decision_id) "
+        "ORDER BY id LIMIT 1",
+    )
+    decision = str(reviewed["decision_id"])
+    (pending,) = await run_sql(
+        chain, "SELECT id FROM decisions WHERE status = 'pending' ORDER BY id LIMIT 1"
+    )
+    await run_sql(chain, "UPDATE decisions SET outcome = 'success' WHERE id = :i", i=decision)
+    await run_sql(
+        chain,
+        "UPDATE decisions SET status = 'reviewed', outcome = 'success' WHERE id = :i",
+        i=pending["id"],
+    )
+    code, found, output = await verify(chain)
+    assert code == 1, output
+    assert sorted(found, key=lambda f: f.seq or 0) == sorted(
+        [
+            Found("review", await seq_of(chain, "decisions", d), "decisions", d, None)
+            for d in (decision, str(pending["id"]))
+        ],
+        key=lambda f: f.seq or 0,
+    )
+    assert "outcome not those of its latest review (decision_reviews" in output
+    assert "status, outcome set, yet it has no review" in output
 
 
 async def test_imported_decisions_and_their_reviews_are_chained(
