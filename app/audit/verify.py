@@ -331,7 +331,7 @@ def _review_copies(conn: Connection) -> list[Problem]:
             why = f"{', '.join(differ)} set, yet it has no review"
         else:
             differ = [
-                d for d, r in REVIEW_COPY if _value(row[f"d_{d}"]) != _value(row[f"r_{r}"])
+                d for d, r in REVIEW_COPY if _value(d, row[f"d_{d}"]) != _value(d, row[f"r_{r}"])
             ]
             if row["status"] != "reviewed":
                 differ.insert(0, "status")
@@ -346,10 +346,11 @@ def _review_copies(conn: Connection) -> list[Problem]:
     return out
 
 
-def _value(stored: Any) -> Any:
-    """A review column's value for comparison: JSON text parsed (the ORM writes a None as
-    SQL NULL in one table and as JSON ``null`` in the other), anything else as stored."""
-    if isinstance(stored, str) and stored[:1] in ("{", "[", "n"):
+def _value(column: str, stored: Any) -> Any:
+    """A review column's value for comparison: ``affected_kpis``'s JSON text parsed (the ORM
+    writes a None as SQL NULL in one table and as JSON ``null`` in the other), anything else
+    as stored."""
+    if column == "affected_kpis" and isinstance(stored, str):
         try:
             return json.loads(stored)
         except ValueError:
