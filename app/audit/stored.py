@@ -22,7 +22,9 @@ conversions, and accepts only:
 - text: text.
 
 A value in any other form is reported with its column (``NotStored``), never converted; so
-is a value that cannot be read at all, and verification carries on with the next row.
+is a value that cannot be read at all, and verification carries on with the next row. (Text
+that is not valid UTF-8 on SQLite cannot be fetched at all: the driver fails the statement,
+and verification stops with that error, exit status 1.)
 """
 
 from __future__ import annotations
