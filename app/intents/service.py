@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -250,9 +251,13 @@ async def record_failure(ctx: CallContext, raw: dict[str, Any], error: CstpError
 
 def _storable(value: Any) -> Any:
     """A request value as the audit row can hold it: NUL characters (which Postgres text
-    cannot store, and for which the call itself was refused) become U+FFFD."""
+    cannot store, and for which the call itself was refused) become U+FFFD, and a number JSON
+    cannot hold (NaN, Infinity: refused too, and read only by the MCP transport's parser) its
+    name as text."""
     if isinstance(value, str):
         return value.replace("\x00", "\ufffd")
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value).replace("inf", "Infinity").replace("nan", "NaN")
     if isinstance(value, dict):
         return {_storable(k): _storable(v) for k, v in value.items()}
     if isinstance(value, list):

@@ -262,11 +262,11 @@ async def test_mcp_refuses_a_body_over_the_cap_as_cstp_does(server: Server) -> N
 
 @pytest.mark.parametrize("number", ["NaN", "Infinity", "1e400"])
 async def test_a_number_json_cannot_hold_is_refused_over_mcp_too(
-    server: Server, number: str
+    server: Server, database_url: str, number: str
 ) -> None:
     """/cstp refuses NaN and Infinity as invalid JSON (-32700); the MCP SDK's parser reads
-    them (and 1e400 as infinity), so the tools refuse them as params (-32602), not store
-    them."""
+    them (and 1e400 as infinity), so the tools refuse them as params (-32602), and the failed
+    announcement's audit row holds the number's name as text (a json column takes no NaN)."""
     body = (
         '{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": '
         '"announce_intent", "arguments": {"intent": "Tune the cache", "metadata": {"load": '
@@ -290,6 +290,12 @@ async def test_a_number_json_cannot_hold_is_refused_over_mcp_too(
         "field": "metadata.load",
         "error": "holds a number that is not finite (NaN or Infinity)",
     }
+    (row,) = await run_sql(
+        database_url, "SELECT outcome, error_code, metadata FROM intents WHERE agent = 'alice'"
+    )
+    metadata = row["metadata"] if isinstance(row["metadata"], dict) else json.loads(row["metadata"])
+    assert (row["outcome"], row["error_code"]) == ("failed", -32602)
+    assert metadata == {"load": "NaN" if number == "NaN" else "Infinity"}
 
 
 async def test_mcp_without_a_valid_token_is_401_as_cstp_is(server: Server) -> None:
