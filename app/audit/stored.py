@@ -1,5 +1,7 @@
-"""Audited rows as they are stored, for verification: every value must be in the one stored
-form the server writes, or the row is reported as changed.
+"""Audited rows read back from the database: their canonical forms (``load``, ``digests``:
+what the migration that builds the chain digests) and, for verification, the forms of rows
+whose every value is in the one stored form the server writes (``load_checked``; a row that
+is not is reported as changed).
 
 The canonical form (app.audit.canonical) is computed from values brought to their column's
 type, so that SQLite and Postgres give the same digest. Read through the column types, a
@@ -31,13 +33,27 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, Integer, Table
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Connection,
+    Float,
+    Integer,
+    Table,
+    Text,
+    cast,
+    select,
+    type_coerce,
+)
+from sqlalchemy.types import NullType
 
 from app.db.base import UtcDateTime
+
+from .canonical import Audited, digest_of, document
 
 # The fraction is always written by SQLAlchemy; rows stored before the audit chain by other
 # means (sqlite3's own adapter, SQLite's datetime()) may have whole seconds without one.
@@ -112,3 +128,81 @@ def value(raw: Any, table: Table, column: str) -> Any:
 def row(raw: Mapping[str, Any], table: Table, columns: tuple[str, ...]) -> dict[str, Any]:
     """The listed columns of a row as the database returned it, each checked by ``value``."""
     return {c: value(raw.get(c), table, c) for c in columns}
+
+
+# ---- reading audited rows back -----------------------------------------------------------------
+
+
+def key_values(audited: Audited, row_ids: Iterable[str]) -> list[Any]:
+    """Row ids (text) as the key column's values; ids that cannot be one are left out."""
+    if isinstance(audited.table.c[audited.key].type, Integer):
+        return [int(r) for r in row_ids if r.isdigit() and len(r) < 20]
+    return list(row_ids)
+
+
+def _fetch(
+    conn: Connection, audited: Audited, row_ids: Sequence[str], *, raw: bool
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, list[dict[str, Any]]]]]:
+    """The stored rows among ``row_ids`` (key as text -> column -> value) and their child rows
+    (key as text -> child table -> rows); with ``raw``, the values as the database returns
+    them, without the column types' conversions (above)."""
+    keys = key_values(audited, row_ids)
+    if not keys:
+        return {}, {}
+
+    def col(table: Table, name: str) -> Any:
+        c = table.c[name]
+        if not raw:
+            return c
+        if isinstance(c.type, JSON):  # its text as stored (asyncpg would hand it over parsed)
+            return cast(c, Text).label(name)
+        return type_coerce(c, NullType()).label(name)
+
+    # Only the listed columns: a column that a later migration adds may not exist yet when
+    # the migration that builds the chain runs.
+    table, key = audited.table, audited.table.c[audited.key]
+    listed = select(*(col(table, c) for c in audited.columns)).where(key.in_(keys))
+    rows = {str(r[audited.key]): dict(r) for r in conn.execute(listed).mappings()}
+    children: dict[str, dict[str, list[dict[str, Any]]]] = {r: {} for r in rows}
+    for child in audited.children:
+        parent = child.table.c[child.parent]
+        wanted = select(parent, *(col(child.table, c) for c in child.columns))
+        for r in conn.execute(wanted.where(parent.in_(keys))).mappings():
+            children[str(r[child.parent])].setdefault(child.table.name, []).append(dict(r))
+    return rows, children
+
+
+def load(conn: Connection, audited: Audited, row_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The canonical forms of the stored rows among ``row_ids`` (key as text -> form), their
+    values read through the column types."""
+    rows, children = _fetch(conn, audited, row_ids, raw=False)
+    return {r: document(audited, values, children[r]) for r, values in rows.items()}
+
+
+def load_checked(
+    conn: Connection, audited: Audited, row_ids: Sequence[str]
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """As ``load``, for verification: every value must be in its column's stored form
+    (above). Returns the forms of the rows that are, and for each row that is not
+    (or has a child row that is not) why."""
+    rows, children = _fetch(conn, audited, row_ids, raw=True)
+    forms: dict[str, dict[str, Any]] = {}
+    unreadable: dict[str, str] = {}
+    for r, values in rows.items():
+        try:
+            read = row(values, audited.table, audited.columns)
+            kids = {
+                child.table.name: [
+                    row(k, child.table, child.columns)
+                    for k in children[r].get(child.table.name, ())
+                ]
+                for child in audited.children
+            }
+            forms[r] = document(audited, read, kids)
+        except NotStored as exc:
+            unreadable[r] = str(exc)
+    return forms, unreadable
+
+
+def digests(conn: Connection, audited: Audited, row_ids: Sequence[str]) -> dict[str, str]:
+    return {r: digest_of(doc) for r, doc in load(conn, audited, row_ids).items()}

@@ -33,7 +33,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
 from app.asgi import create_app
-from app.audit import canonical
+from app.audit import canonical, stored
 from app.audit.chain import GENESIS, entry_hash
 from app.audit.checkpoints import checkpoint_mac
 from app.cli import main
@@ -640,7 +640,7 @@ async def recompute(url: str, start: int, *, keyed: bool) -> None:
         for e in entries[start - 1 :]:
             audited = canonical.AUDITED[e["table_name"]]
             digests = await conn.run_sync(
-                lambda c, a=audited, r=e["row_id"]: canonical.digests(c, a, [r])
+                lambda c, a=audited, r=e["row_id"]: stored.digests(c, a, [r])
             )
             digest = digests[e["row_id"]]
             hashed = entry_hash(None, e["seq"], e["table_name"], e["row_id"], digest, prev)

@@ -24,7 +24,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from app.audit import canonical
+from app.audit import canonical, stored
 from app.audit.chain import CHAIN, GENESIS, HEAD_FUNCTION, LOCK_KEY, link
 from app.config import audit_key_from_env
 from app.db import triggers
@@ -117,7 +117,7 @@ def _chain_existing_rows(conn: sa.Connection) -> None:
         for name, audited in canonical.AUDITED.items():
             ids = [str(k[2]) for k in chunk if k[3] == name]
             if ids:
-                digests = canonical.digests(conn, audited, ids)
+                digests = stored.digests(conn, audited, ids)
                 found.update(((name, row_id), d) for row_id, d in digests.items())
         entries = [
             canonical.Covered(name, str(row_key), found[(name, str(row_key))])
