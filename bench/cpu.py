@@ -3,10 +3,11 @@
 
 A focused probe, not the benchmark: it starts the real server (``cstp serve``) on a free
 127.0.0.1 port with an empty, fresh data directory (SQLite, or with ``--database-url`` a fresh
-Postgres database that is dropped afterwards), records ``--corpus`` decisions first (none by
-default), sends warm-up calls and then ``--calls`` calls of ``--method`` (recordDecision by
-default) from ``--clients`` concurrent clients (the harness's own client and generator), and
-reports:
+Postgres database that is dropped afterwards; with ``--from-data`` a copy of one that
+``bench.run --keep-data`` kept; with ``--source`` from another working tree), records
+``--corpus`` decisions first (none by default), sends warm-up calls and then ``--calls``
+calls of ``--method`` (recordDecision by default) from ``--clients`` concurrent clients (the
+harness's own client and generator), and reports:
 
 - for the measured calls: ok/s, errors by kind, latency p50/p99;
 - over the warm-up and the measured calls together: the server's CPU time per call (all its
@@ -106,7 +107,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="postgresql+asyncpg://user@127.0.0.1:5432/postgres - a fresh database "
         "cstp_bench_<random> is created on that server and dropped afterwards",
     )
+    p.add_argument(
+        "--from-data",
+        type=Path,
+        default=None,
+        help="start from a copy of a directory kept by 'bench.run --keep-data' (SQLite: its "
+        "data/ and decisions/), e.g. to probe at 100,000 decisions without seeding them",
+    )
+    p.add_argument(
+        "--source",
+        type=Path,
+        default=None,
+        help="the working tree whose app the server runs (default: this one), e.g. a "
+        "'git worktree add' of another commit",
+    )
     args = p.parse_args(argv)
+    if args.from_data is not None:
+        if args.database_url:
+            p.error("--from-data copies a SQLite data directory: not with --database-url")
+        if not (args.from_data / "data").is_dir():
+            p.error(f"--from-data: {args.from_data} holds no data/ directory")
+    if args.source is not None and not (args.source / "app").is_dir():
+        p.error(f"--source: {args.source} holds no app/ package")
     if args.clients < 1 or args.calls < 1 or args.warmup < 0 or args.corpus < 0:
         p.error("--clients and --calls must be at least 1, --warmup and --corpus at least 0")
     if args.database_url:
@@ -196,6 +218,11 @@ def main(argv: list[str] | None = None) -> int:
     pg_name: str | None = None
     server: ServerProcess | None = None
     try:
+        if args.from_data is not None:
+            print(f"[copy] {args.from_data} ...", file=sys.stderr, flush=True)
+            for part in ("data", "decisions"):
+                if (args.from_data / part).is_dir():
+                    shutil.copytree(args.from_data / part, tmp / part)
         database_url: str | None = None
         if args.database_url:
             pg_name = asyncio.run(create_database(args.database_url))
@@ -212,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
             port,
             tmp / "server.log",
+            *([args.source.resolve()] if args.source is not None else []),
         )
         server.start()
         report, all_ok = asyncio.run(probe(args, server, token))

@@ -151,11 +151,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # ---------------------------------------------------------------- output helpers
 
 
+#: Elsewhere than on a terminal (a log file, CI), an unfinished progress line is written at
+#: most this often, so a long phase (seeding 100,000 decisions) still shows that it moves.
+PROGRESS_EVERY_S = 30.0
+_last_progress = [0.0]
+
+
 def log(message: str, final: bool = True) -> None:
-    """Progress goes to stderr; on a terminal an unfinished line is rewritten in place."""
+    """Progress goes to stderr; on a terminal an unfinished line is rewritten in place,
+    elsewhere it is written as a line of its own every PROGRESS_EVERY_S seconds."""
     if sys.stderr.isatty():
         sys.stderr.write("\r\x1b[2K" + message + ("\n" if final else ""))
     elif final:
+        sys.stderr.write(message + "\n")
+    elif time.monotonic() - _last_progress[0] >= PROGRESS_EVERY_S:
+        _last_progress[0] = time.monotonic()
         sys.stderr.write(message + "\n")
     sys.stderr.flush()
 

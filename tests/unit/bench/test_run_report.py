@@ -1,10 +1,13 @@
 """The benchmark's verdicts: growth with the corpus is judged on the tail too, and the
-at-scale targets are checked at 100,000 decisions."""
+at-scale targets are checked at 100,000 decisions; its progress reaches a log file."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from bench import run
 from bench.run import evaluate_growth, evaluate_targets
 
 
@@ -37,3 +40,20 @@ def test_the_at_scale_targets_are_judged_at_100000_decisions() -> None:
     assert not one["approximate"]
     eight = targets["at scale: announceIntent p99 <= 150 ms, 8 clients"]
     assert eight["status"] == "not measured"  # no row with 8 clients
+
+
+def test_progress_reaches_a_log_file_every_so_often(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Elsewhere than on a terminal, an unfinished progress line is written now and then (a
+    seeding of 100,000 decisions takes twenty minutes), a final one always."""
+    now = [1000.0]
+    monkeypatch.setattr(run.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(run, "_last_progress", [0.0])
+    run.log("seed 10/100", final=False)
+    now[0] += 1
+    run.log("seed 20/100", final=False)  # too soon after the last one: not written
+    now[0] += run.PROGRESS_EVERY_S
+    run.log("seed 90/100", final=False)
+    run.log("seed 100/100")
+    assert capsys.readouterr().err.splitlines() == ["seed 10/100", "seed 90/100", "seed 100/100"]
