@@ -4,7 +4,8 @@ Concurrent recordDecision calls are written together: one transaction (one INSER
 one COMMIT) and one outbox pass (one batch of YAML files, one index upsert). On SQLite every
 write transaction holds the database's single write lock, and a transaction of one decision
 held it for ~11 round trips through the event loop; a group now holds it once for all the
-calls that queued while the previous group was written. A lone call is a group of one.
+calls that queued while the previous group was written (and, after one turn of the event
+loop, the calls whose requests arrived with the first). A lone call is a group of one.
 
 While more calls are waiting to be committed, a committed group's outbox pass waits for
 the next group's commit and both go together (up to MAX_GROUP decisions): one index upsert
