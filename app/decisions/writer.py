@@ -96,14 +96,15 @@ class RecordWriter:
     async def _flush_loop(self) -> None:
         held: _Committed = []
         while self._queue:
-            # One turn of the loop first: calls whose requests have already arrived reach the
-            # queue and join this group. Without it the first of 8 clients' calls was committed
-            # alone and the other 7 waited for that commit (~36 ms under load) before theirs;
-            # now 8 usually go together (recordDecision x8 +8% in bench.cpu, x1 unchanged).
-            await asyncio.sleep(0)
-            group = [self._queue.popleft() for _ in range(min(MAX_GROUP, len(self._queue)))]
+            group: list[_Unit] = []
             built: _Committed = []
             try:
+                # One turn of the loop first: calls whose requests have already arrived reach
+                # the queue and join this group. Without it the first of 8 clients' calls was
+                # committed alone and the other 7 waited for that commit (~36 ms under load)
+                # before theirs; now 8 usually go together (docs/PERFORMANCE.md).
+                await asyncio.sleep(0)
+                group = [self._queue.popleft() for _ in range(min(MAX_GROUP, len(self._queue)))]
                 committed = await self._commit_group(group, built)
             except asyncio.CancelledError:
                 for unit in group:
