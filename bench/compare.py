@@ -42,7 +42,7 @@ from bench.client import RpcClient
 from bench.run import Run, cap, log, params_for, seed
 from bench.run import parse_args as run_args
 from bench.seed import Generator
-from bench.server import REPO_ROOT, BenchError, Prepared, prepare_server
+from bench.server import REPO_ROOT, BenchError, Prepared, is_working_tree, prepare_server
 from bench.stats import summarize
 
 METHODS = ("cstp.announceIntent", "cstp.queryDecisions", "cstp.checkGuardrails")
@@ -86,7 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--methods takes some of {', '.join(sorted(known))}")
     for side in ("a", "b"):
         source: Path = getattr(args, f"{side}_source").resolve()
-        if not (source / "app" / "cli.py").is_file():
+        if not is_working_tree(source):
             p.error(f"--{side}-source {source} is not a working tree of this project")
         setattr(args, f"{side}_source", source)
         pairs = getattr(args, f"{side}_env")

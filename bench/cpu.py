@@ -3,11 +3,11 @@
 
 A focused probe, not the benchmark: it starts the real server (``cstp serve``) on a free
 127.0.0.1 port with an empty, fresh data directory (SQLite, or with ``--database-url`` a fresh
-Postgres database that is dropped afterwards; with ``--from-data`` a copy of one that
-``bench.run --keep-data`` kept; with ``--source`` from another working tree), records
-``--corpus`` decisions first (none by default), sends warm-up calls and then ``--calls``
-calls of ``--method`` (recordDecision by default) from ``--clients`` concurrent clients (the
-harness's own client and generator), and reports:
+Postgres database that is dropped afterwards; with ``--from-data`` a copy of the one a
+SQLite run of ``bench.run --keep-data`` kept; with ``--source`` from another working tree),
+records ``--corpus`` decisions first (none by default), sends warm-up calls and then
+``--calls`` calls of ``--method`` (recordDecision by default) from ``--clients`` concurrent
+clients (the harness's own client and generator), and reports:
 
 - for the measured calls: ok/s, errors by kind, latency p50/p99;
 - over the warm-up and the measured calls together: the server's CPU time per call (all its
@@ -43,6 +43,7 @@ from bench.server import (
     create_database,
     drop_database,
     free_port,
+    is_working_tree,
     server_env,
     with_database,
 )
@@ -125,10 +126,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.from_data is not None:
         if args.database_url:
             p.error("--from-data copies a SQLite data directory: not with --database-url")
-        if not (args.from_data / "data").is_dir():
-            p.error(f"--from-data: {args.from_data} holds no data/ directory")
-    if args.source is not None and not (args.source / "app").is_dir():
-        p.error(f"--source: {args.source} holds no app/ package")
+        if not (args.from_data / "data" / "cstp.db").is_file():
+            p.error(f"--from-data: {args.from_data} holds no SQLite database (data/cstp.db)")
+    if args.source is not None and not is_working_tree(args.source):
+        p.error(f"--source: {args.source} is not a working tree of this project")
     if args.clients < 1 or args.calls < 1 or args.warmup < 0 or args.corpus < 0:
         p.error("--clients and --calls must be at least 1, --warmup and --corpus at least 0")
     if args.database_url:

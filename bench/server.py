@@ -35,6 +35,12 @@ class BenchError(RuntimeError):
     """The benchmark cannot go on (server did not start, a phase ran out of time, ...)."""
 
 
+def is_working_tree(path: Path) -> bool:
+    """Whether ``path`` holds this project's server (``app/cli.py``), e.g. a ``git worktree
+    add`` of another commit, for the tools that run two versions side by side."""
+    return (path / "app" / "cli.py").is_file()
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((HOST, 0))

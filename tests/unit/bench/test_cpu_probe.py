@@ -12,7 +12,9 @@ from bench.cpu import parse_args
 
 def test_a_kept_data_directory_and_a_source_are_taken(tmp_path: Path) -> None:
     (tmp_path / "kept" / "data").mkdir(parents=True)
+    (tmp_path / "kept" / "data" / "cstp.db").touch()
     (tmp_path / "tree" / "app").mkdir(parents=True)
+    (tmp_path / "tree" / "app" / "cli.py").touch()
     args = parse_args(["--from-data", str(tmp_path / "kept"), "--source", str(tmp_path / "tree")])
     assert args.from_data == tmp_path / "kept"
     assert args.source == tmp_path / "tree"
@@ -21,8 +23,9 @@ def test_a_kept_data_directory_and_a_source_are_taken(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--from-data", "{tmp}"], "holds no data/ directory"),
-        (["--source", "{tmp}"], "holds no app/ package"),
+        (["--from-data", "{tmp}"], "holds no SQLite database"),
+        (["--from-data", "{tmp}/kept"], "holds no SQLite database"),  # a Postgres run's
+        (["--source", "{tmp}"], "is not a working tree of this project"),
         (
             ["--from-data", "{tmp}/kept", "--database-url", "postgresql+asyncpg://u@h:5432/d"],
             "not with --database-url",
