@@ -30,6 +30,19 @@ class Runtime:
     uuid: Callable[[], str] = field(default=random_uuid)
 
 
+class Calls:
+    """The calls the server is running now, of every face (the operations runner counts
+    them). Counted on the event loop and read from worker threads too: one int, so a read
+    is at worst a moment old."""
+
+    def __init__(self) -> None:
+        self.running = 0
+
+    def crowded(self) -> bool:
+        """Whether more than one call is running (a call's work shares the cores)."""
+        return self.running > 1
+
+
 def iso(value: datetime) -> str:
     """ISO-8601 UTC with a ``Z`` suffix, the wire format of every timestamp."""
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")

@@ -17,7 +17,7 @@ from .guardrails.rule_files import load_rules, rule_dirs
 from .guardrails.rules import RuleSet
 from .operations.ratelimit import MemoryRateLimiter, RateLimiter, RedisRateLimiter
 from .outbox.relay import Relay
-from .runtime import Runtime
+from .runtime import Calls, Runtime
 from .search.embedder import Embedder, load_default_embedder
 from .search.index import VectorIndex
 
@@ -34,6 +34,7 @@ class Services:
     index: VectorIndex
     relay: Relay
     recorder: RecordWriter
+    calls: Calls = field(default_factory=Calls)
     started_at: float = field(default_factory=time.monotonic)
     background: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -62,8 +63,9 @@ def build_services(
         limiter = RedisRateLimiter(settings.redis_url, settings.rate_limits)
     else:
         limiter = MemoryRateLimiter(settings.rate_limits)
+    calls = Calls()
     if embedder is None:
-        embedder = load_default_embedder()
+        embedder = load_default_embedder(crowded=calls.crowded)
     if settings.chroma_url:
         index = VectorIndex.http(settings.chroma_url, embedder)
     else:
@@ -71,6 +73,5 @@ def build_services(
     db = Database(settings.database_url)
     use_key(db.write_engine, settings.audit_key)  # the audit chain's entries (docs/AUDIT.md)
     relay = Relay(db, index, settings, runtime)
-    return Services(
-        settings, runtime, db, limiter, rules, index, relay, RecordWriter(db, relay, runtime)
-    )
+    recorder = RecordWriter(db, relay, runtime)
+    return Services(settings, runtime, db, limiter, rules, index, relay, recorder, calls)

@@ -31,7 +31,7 @@ def commands_share_the_model(monkeypatch: pytest.MonkeyPatch, embedder: Embedder
     the session's embedding model instead of loading a copy of its own: the same packaged
     model, loaded the same way, and the load was half a second of every command. (Loading
     it is tested in test_embedder, and by the commands run as processes.)"""
-    monkeypatch.setattr("app.services.load_default_embedder", lambda: embedder)
+    monkeypatch.setattr("app.services.load_default_embedder", lambda **_: embedder)
 
 
 @pytest.fixture(scope="session")

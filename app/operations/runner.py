@@ -40,7 +40,18 @@ class Runner:
         face: str = "jsonrpc",
         request_id: Any = None,
     ) -> Any:
-        """The operation's result, or a ``CstpError`` to render (a bug becomes -32603)."""
+        """The operation's result, or a ``CstpError`` to render (a bug becomes -32603).
+        Counted in ``services.calls`` while it runs."""
+        calls = self.services.calls
+        calls.running += 1
+        try:
+            return await self._call(operation, raw_params, agent, face, request_id)
+        finally:
+            calls.running -= 1
+
+    async def _call(
+        self, operation: Operation, raw_params: Any, agent: str, face: str, request_id: Any
+    ) -> Any:
         started = time.perf_counter()
         raw: dict[str, Any] = {}
         try:

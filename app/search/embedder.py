@@ -10,9 +10,11 @@ pooling over the attention mask makes the padding invisible in the result.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -90,15 +92,20 @@ class OnnxMiniLMEmbedder:
         intra_op_threads: int = 2,
         bulk_threads: int = 1,
         batch_size: int = 32,
+        crowded: Callable[[], bool] | None = None,
     ) -> None:
         """Verify both files (pass ``None`` as a hash to skip that check), then load them.
 
-        ``intra_op_threads`` (for ``embed``) defaults to 2, measured on the 2-core target (one
-        caller): 1 thread: short text 4.0 ms, batch of 32 188 ms; 2 threads: 2.7 ms and 100 ms.
-        ``bulk_threads`` (for ``embed_many``) defaults to 1: a decision's text (~45 tokens)
-        costs 8.0 ms of CPU on one thread and 11.2 ms on two (5.7 ms of wall time), so work
-        that is off a caller's path (embedding recorded decisions) leaves the other core to
-        the rest of the server.
+        ``intra_op_threads`` (for ``embed`` when it runs alone) defaults to 2, measured on the
+        2-core target (one caller): 1 thread: short text 4.0 ms, batch of 32 188 ms; 2
+        threads: 2.7 ms and 100 ms. ``bulk_threads`` (for ``embed_many``, and for ``embed``
+        while another embedding runs) defaults to 1: a decision's text (~45 tokens) costs 8.0
+        ms of CPU on one thread and 11.2 ms on two (5.7 ms of wall time), so work that is off a
+        caller's path (embedding recorded decisions) leaves the other core to the rest of the
+        server. ``crowded`` says whether other work shares the cores now (the server: more than
+        one call in flight); then ``embed`` runs on ``bulk_threads`` too, since a second thread
+        only adds CPU when no core is free (announceIntent with 8 clients: a third less server
+        CPU per call, docs/PERFORMANCE.md).
 
         With more than one thread, onnxruntime's worker threads spin between the operators of a
         run (which keeps a run fast) and by default go on spinning after it, with nothing left
@@ -111,6 +118,9 @@ class OnnxMiniLMEmbedder:
         _verify(tokenizer_path, tokenizer_sha256, "tokenizer file")
         self.model_id = model_id
         self._batch_size = max(1, batch_size)
+        self._running = 0  # embeddings running now, on either session (see ``embed``)
+        self._running_lock = threading.Lock()
+        self._crowded = crowded or _never
         try:
             tokenizer = Tokenizer.from_file(str(tokenizer_path))
         except Exception as exc:  # the binding raises plain Exception on bad JSON
@@ -151,12 +161,28 @@ class OnnxMiniLMEmbedder:
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Embed in length-sorted chunks so one long text does not make a whole batch pad to 256.
-        Tuned for latency (``intra_op_threads``)."""
-        return self._embed(texts, self._session)
+        Tuned for latency: on ``intra_op_threads`` when neither another embedding of this
+        embedder nor other work (``crowded``) is running, else on ``bulk_threads`` like
+        ``embed_many`` (same vectors)."""
+        with self._counted() as alone:
+            return self._embed(texts, self._session if alone else self._bulk_session)
 
     def embed_many(self, texts: Sequence[str]) -> list[list[float]]:
         """Like ``embed``, tuned for throughput (``bulk_threads``): same vectors."""
-        return self._embed(texts, self._bulk_session)
+        with self._counted():
+            return self._embed(texts, self._bulk_session)
+
+    @contextlib.contextmanager
+    def _counted(self) -> Iterator[bool]:
+        """Counts an embedding as running while it runs; yields whether no other one was."""
+        with self._running_lock:
+            alone = self._running == 0 and not self._crowded()
+            self._running += 1
+        try:
+            yield alone
+        finally:
+            with self._running_lock:
+                self._running -= 1
 
     def _embed(self, texts: Sequence[str], session: ort.InferenceSession) -> list[list[float]]:
         if isinstance(texts, str):
@@ -186,6 +212,10 @@ class OnnxMiniLMEmbedder:
         # onnxruntime has no type information (its output is Any), so neither has the result.
         unit: np.ndarray = pooled / np.maximum(norms, 1e-12)
         return unit
+
+
+def _never() -> bool:
+    return False
 
 
 def _packaged_file(package: str, relative: str, install_hint: str) -> Path:
@@ -236,6 +266,7 @@ def load_default_embedder(
     expected_tokenizer_sha256: str | None = None,
     model_id: str = DEFAULT_MODEL_ID,
     intra_op_threads: int = 2,
+    crowded: Callable[[], bool] | None = None,
 ) -> Embedder:
     """Load the packaged model, or an operator's own copy given in settings.
 
@@ -254,4 +285,5 @@ def load_default_embedder(
         tokenizer_sha256=tokenizer_hash,
         model_id=model_id,
         intra_op_threads=intra_op_threads,
+        crowded=crowded,
     )

@@ -193,3 +193,29 @@ def test_the_tokenizer_ships_inside_the_package() -> None:
         "Apache License\n                           Version 2.0"
         in (path.parent / "LICENSE").read_text()
     )
+
+
+def test_a_crowded_server_embeds_on_one_thread_with_the_same_vectors() -> None:
+    """While other calls are in flight (``crowded``), ``embed`` leaves the second core to
+    them: the calling thread does all the work (the latency session's own thread does
+    nothing), and the vectors are the same."""
+    crowded = False
+    embedder = OnnxMiniLMEmbedder(
+        default_model_path(), default_tokenizer_path(), crowded=lambda: crowded
+    )
+    texts = [
+        f"{DEPLOY} after the migration of table {n} " + "and its indexes " * n for n in range(12)
+    ]
+
+    def cpu_of_other_threads() -> tuple[list[list[float]], float, float]:
+        process, thread = time.process_time(), time.thread_time()
+        vectors = [embedder.embed([text])[0] for text in texts]
+        own = time.thread_time() - thread
+        return vectors, time.process_time() - process - own, own
+
+    alone, others_alone, own_alone = cpu_of_other_threads()
+    crowded = True
+    shared, others_crowded, own_crowded = cpu_of_other_threads()
+    assert_close(shared, alone)
+    assert others_alone > 0.3 * own_alone  # alone, a second thread takes part of the work
+    assert others_crowded < 0.1 * own_crowded
