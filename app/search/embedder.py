@@ -99,12 +99,12 @@ class OnnxMiniLMEmbedder:
         ``intra_op_threads`` (for ``embed`` when it runs alone) defaults to 2, measured on the
         2-core target (one caller): 1 thread: short text 4.0 ms, batch of 32 188 ms; 2
         threads: 2.7 ms and 100 ms. ``bulk_threads`` (for ``embed_many``, and for ``embed``
-        while another embedding runs) defaults to 1: a decision's text (~45 tokens) costs 8.0
+        while other work runs) defaults to 1: a decision's text (~45 tokens) costs 8.0
         ms of CPU on one thread and 11.2 ms on two (5.7 ms of wall time), so work that is off a
         caller's path (embedding recorded decisions) leaves the other core to the rest of the
         server. ``crowded`` says whether other work shares the cores now (the server: more than
         one call in flight); then ``embed`` runs on ``bulk_threads`` too, since a second thread
-        only adds CPU when no core is free (announceIntent with 8 clients: a third less server
+        only adds CPU when no core is free (announceIntent with 8 clients: 20-35% less server
         CPU per call, docs/PERFORMANCE.md).
 
         With more than one thread, onnxruntime's worker threads spin between the operators of a
