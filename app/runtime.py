@@ -1,4 +1,5 @@
-"""Injected time and ids, so tests can fix them and nothing depends on the wall clock."""
+"""Injected time and ids, so tests can fix them and nothing depends on the wall clock; and
+the count of the calls in flight (``Calls``)."""
 
 from __future__ import annotations
 

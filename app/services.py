@@ -34,7 +34,7 @@ class Services:
     index: VectorIndex
     relay: Relay
     recorder: RecordWriter
-    calls: Calls = field(default_factory=Calls)
+    calls: Calls  # the calls in flight; the embedder reads them (``crowded``)
     started_at: float = field(default_factory=time.monotonic)
     background: list[asyncio.Task[None]] = field(default_factory=list)
 

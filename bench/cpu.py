@@ -37,6 +37,7 @@ from pathlib import Path
 from bench.measure import measure_method
 from bench.seed import Generator
 from bench.server import (
+    REPO_ROOT,
     BenchError,
     ServerProcess,
     check_database_url,
@@ -118,7 +119,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--source",
         type=Path,
-        default=None,
+        default=REPO_ROOT,
         help="the working tree whose app the server runs (default: this one), e.g. a "
         "'git worktree add' of another commit",
     )
@@ -128,7 +129,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             p.error("--from-data copies a SQLite data directory: not with --database-url")
         if not (args.from_data / "data" / "cstp.db").is_file():
             p.error(f"--from-data: {args.from_data} holds no SQLite database (data/cstp.db)")
-    if args.source is not None and not is_working_tree(args.source):
+    if not is_working_tree(args.source):
         p.error(f"--source: {args.source} is not a working tree of this project")
     if args.clients < 1 or args.calls < 1 or args.warmup < 0 or args.corpus < 0:
         p.error("--clients and --calls must be at least 1, --warmup and --corpus at least 0")
@@ -240,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
             port,
             tmp / "server.log",
-            *([args.source.resolve()] if args.source is not None else []),
+            args.source.resolve(),
         )
         server.start()
         report, all_ok = asyncio.run(probe(args, server, token))

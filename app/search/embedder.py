@@ -10,11 +10,9 @@ pooling over the attention mask makes the padding invisible in the result.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.util
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -96,10 +94,10 @@ class OnnxMiniLMEmbedder:
     ) -> None:
         """Verify both files (pass ``None`` as a hash to skip that check), then load them.
 
-        ``intra_op_threads`` (for ``embed`` when it runs alone) defaults to 2, measured on the
+        ``intra_op_threads`` (for ``embed`` unless ``crowded``) defaults to 2, measured on the
         2-core target (one caller): 1 thread: short text 4.0 ms, batch of 32 188 ms; 2
         threads: 2.7 ms and 100 ms. ``bulk_threads`` (for ``embed_many``, and for ``embed``
-        while other work runs) defaults to 1: a decision's text (~45 tokens) costs 8.0
+        when ``crowded``) defaults to 1: a decision's text (~45 tokens) costs 8.0
         ms of CPU on one thread and 11.2 ms on two (5.7 ms of wall time), so work that is off a
         caller's path (embedding recorded decisions) leaves the other core to the rest of the
         server. ``crowded`` says whether other work shares the cores now (the server: more than
@@ -118,8 +116,6 @@ class OnnxMiniLMEmbedder:
         _verify(tokenizer_path, tokenizer_sha256, "tokenizer file")
         self.model_id = model_id
         self._batch_size = max(1, batch_size)
-        self._running = 0  # embeddings running now, on either session (see ``embed``)
-        self._running_lock = threading.Lock()
         self._crowded = crowded or _never
         try:
             tokenizer = Tokenizer.from_file(str(tokenizer_path))
@@ -161,28 +157,13 @@ class OnnxMiniLMEmbedder:
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Embed in length-sorted chunks so one long text does not make a whole batch pad to 256.
-        Tuned for latency: on ``intra_op_threads`` when neither another embedding of this
-        embedder nor other work (``crowded``) is running, else on ``bulk_threads`` like
-        ``embed_many`` (same vectors)."""
-        with self._counted() as alone:
-            return self._embed(texts, self._session if alone else self._bulk_session)
+        Tuned for latency: on ``intra_op_threads``, unless other work shares the cores now
+        (``crowded``): then on ``bulk_threads`` like ``embed_many`` (same vectors)."""
+        return self._embed(texts, self._bulk_session if self._crowded() else self._session)
 
     def embed_many(self, texts: Sequence[str]) -> list[list[float]]:
         """Like ``embed``, tuned for throughput (``bulk_threads``): same vectors."""
-        with self._counted():
-            return self._embed(texts, self._bulk_session)
-
-    @contextlib.contextmanager
-    def _counted(self) -> Iterator[bool]:
-        """Counts an embedding as running while it runs; yields whether no other one was."""
-        with self._running_lock:
-            alone = self._running == 0 and not self._crowded()
-            self._running += 1
-        try:
-            yield alone
-        finally:
-            with self._running_lock:
-                self._running -= 1
+        return self._embed(texts, self._bulk_session)
 
     def _embed(self, texts: Sequence[str], session: ort.InferenceSession) -> list[list[float]]:
         if isinstance(texts, str):
