@@ -15,6 +15,7 @@ from .db.engine import Database
 from .decisions.writer import RecordWriter
 from .guardrails.rule_files import load_rules, rule_dirs
 from .guardrails.rules import RuleSet
+from .intents.writer import IntentWriter
 from .operations.ratelimit import MemoryRateLimiter, RateLimiter, RedisRateLimiter
 from .outbox.relay import Relay
 from .runtime import Calls, Runtime
@@ -34,6 +35,8 @@ class Services:
     index: VectorIndex
     relay: Relay
     recorder: RecordWriter
+    # SQLite: announcements' audit rows, group-committed; Postgres: None (each call writes its own)
+    announcer: IntentWriter | None
     calls: Calls  # the calls in flight; the embedder reads them (``crowded``)
     started_at: float = field(default_factory=time.monotonic)
     background: list[asyncio.Task[None]] = field(default_factory=list)
@@ -46,6 +49,8 @@ class Services:
                 await task
         self.background.clear()
         await self.recorder.drain()
+        if self.announcer is not None:
+            await self.announcer.drain()
         await self.relay.flush()
         await self.limiter.close()
         await self.index.aclose()
@@ -74,4 +79,5 @@ def build_services(
     use_key(db.write_engine, settings.audit_key)  # the audit chain's entries (docs/AUDIT.md)
     relay = Relay(db, index, settings, runtime)
     recorder = RecordWriter(db, relay, runtime)
-    return Services(settings, runtime, db, limiter, rules, index, relay, recorder, calls)
+    announcer = IntentWriter(db) if db.is_sqlite else None
+    return Services(settings, runtime, db, limiter, rules, index, relay, recorder, announcer, calls)

@@ -14,15 +14,13 @@ import math
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-from sqlalchemy import Connection, Row, bindparam, insert, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Connection, Row, bindparam, select
 
 from app.audit.canonical import covered
 from app.audit.chain import append
-from app.db.base import table_of
-from app.db.intents import Intent, IntentMatch
-from app.errors import CONFLICT, CstpError
-from app.guardrails.service import Request, evaluate_request, store
+from app.db.intents import Intent
+from app.errors import CONFLICT, CstpError, storage_error
+from app.guardrails.service import Request, evaluate_request
 from app.operations.context import CallContext
 from app.runtime import iso
 from app.search.filters import SearchFilters
@@ -30,6 +28,7 @@ from app.search.service import Found, search
 
 from . import suggestions
 from .schemas import AnnounceIntentParams
+from .writer import Announcement, write_rows
 
 SIMILAR_LIMIT = 5
 _encoder = msgspec.json.Encoder()
@@ -195,24 +194,24 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
     # form's code and tables in the CPU's caches: the intent's took ~80 µs instead of ~160
     # when it came after the inserts (PERFORMANCE.md).
     staged.entry  # noqa: B018  (computed and kept for store())
-    entry = covered("intents", row, {"intent_matches": matches})
-    await store(ctx.session, [staged])
-    if p.correlation_id is None:
-        # A correlation id of our own making is fresh: no retry can race for it.
-        await ctx.session.execute(insert(table_of(Intent)), [row])
+    announcement = Announcement(
+        staged,
+        row,
+        matches,
+        covered("intents", row, {"intent_matches": matches}),
+        callers_correlation=p.correlation_id is not None,
+    )
+    writer = ctx.services.announcer
+    if writer is not None:  # SQLite: written with the announcements queued beside it
+        written = await writer.write(announcement)
     else:
-        try:
-            async with ctx.session.begin_nested():
-                await ctx.session.execute(insert(table_of(Intent)), [row])
-        except IntegrityError:
-            # A concurrent retry with the same correlationId committed first: answer as it did.
-            stored = await _stored(ctx, correlation_id)
-            if stored is None:
-                raise
-            return _replay(stored, fingerprint)
-    if matches:
-        await ctx.session.execute(insert(table_of(IntentMatch)), matches)
-    append(ctx.session, entry)
+        (written,) = await write_rows(ctx.session, [announcement])
+    if not written:
+        # A concurrent retry with the same correlationId committed first: answer as it did.
+        stored = await _stored(ctx, correlation_id)
+        if stored is None:
+            raise storage_error()
+        return _replay(stored, fingerprint)
     return msgspec.Raw(encoded)
 
 

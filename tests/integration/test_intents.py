@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,15 +15,21 @@ from typing import Any
 
 import pytest
 import yaml
+from click.testing import CliRunner
 from sqlalchemy import select, text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 
 from app.asgi import create_app
+from app.audit.canonical import covered
+from app.cli import main
 from app.config import Settings
 from app.db.decisions import Decision
 from app.db.guardrails import GuardrailEvaluation, GuardrailRuleResult
 from app.db.intents import Intent, IntentMatch
+from app.guardrails.service import Request, evaluate_request
+from app.intents.writer import Announcement
+from app.operations.context import CallContext
 from app.search.embedder import Embedder
 from support.app import Rpc, serve_app
 from support.databases import run_sql
@@ -706,3 +713,95 @@ async def test_intents_and_matches_refuse_update_and_delete(rpc: Rpc, db: AsyncE
             )
         ).one()
     assert tuple(counts) == (1, 1)
+
+
+# ---------------------------------------------------------------- group commit (SQLite)
+
+
+async def test_concurrent_announcements_each_keep_their_own_audit_rows(
+    rpc: Rpc, db: AsyncEngine, database_url: str
+) -> None:
+    """Announcements in flight together (on SQLite written in one transaction) each leave
+    their own intent row, matches and evaluation, answered with their own ids, and the audit
+    chain covers every row."""
+    await record(rpc, decision(DEPLOYED))
+    n = 8
+    answers = await asyncio.gather(
+        *(
+            rpc.ok(ANNOUNCE, dict(SEED_PARAMS, intent=f"Deploy service {i}", correlationId=f"g{i}"))
+            for i in range(n)
+        )
+    )
+    stored = {i.correlation_id: i for i in await rows(db, Intent, Intent.outcome == "ok")}
+    assert set(stored) == {f"g{i}" for i in range(n)}
+    for i, answer in enumerate(answers):
+        intent = stored[answer["correlationId"]]
+        assert intent.intent == f"Deploy service {i}"
+        assert intent.evaluation_id == answer["guardrailStatus"]["evaluationId"]
+        assert json.loads(intent.response or "") == answer
+        matches = await rows(db, IntentMatch, IntentMatch.intent_id == intent.id)
+        assert len(matches) == len(answer["similarDecisions"]) == 1
+    source = GuardrailEvaluation.source == "announceIntent"
+    evaluations = await rows(db, GuardrailEvaluation, source)
+    assert {e.id for e in evaluations} == {i.evaluation_id for i in stored.values()}
+    verified = await asyncio.to_thread(
+        CliRunner().invoke,
+        main,
+        ["audit", "verify"],
+        env={"CSTP_DATABASE_URL": database_url, "CSTP_AUDIT_KEY": None},
+    )
+    assert verified.exit_code == 0, verified.output
+
+
+async def test_an_announcement_that_cannot_be_written_fails_alone_in_its_group(
+    rpc: Rpc, services: Any, db: AsyncEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """When one announcement of a group cannot be written, the others are written (each
+    alone, after the group's transaction failed) and only that one fails."""
+    if services.announcer is None:
+        pytest.skip("group commit is SQLite's; on Postgres each call writes its own rows")
+    await rpc.ok(ANNOUNCE, {"intent": "Add a cache", "correlationId": "first"})
+    (taken,) = await rows(db, Intent, Intent.correlation_id == "first")
+    ctx = CallContext("alice", ANNOUNCE, services, session=None)  # type: ignore[arg-type]
+
+    def announcement(n: int, intent_id: str) -> Announcement:
+        staged = evaluate_request(
+            ctx, Request(f"Add cache {n}", None, None, None, None, {}), source="announceIntent"
+        )
+        row = {
+            "id": intent_id,
+            "correlation_id": f"alone-{n}",
+            "agent": "alice",
+            "received_at": datetime.now(UTC),
+            "outcome": "ok",
+            "intent": f"Add cache {n}",
+            "context": None,
+            "category": None,
+            "stakes": None,
+            "confidence": None,
+            "metadata": None,
+            "claimed_agent": None,
+            "request_hash": None,
+            "allowed": True,
+            "evaluation_id": staged.checked.evaluation_id,
+            "similar_found": 0,
+            "response": "{}",
+            "error_code": None,
+        }
+        entry = covered("intents", row, {"intent_matches": []})
+        return Announcement(staged, row, [], entry, callers_correlation=False)
+
+    group = [announcement(1, str(uuid.uuid4())), announcement(2, taken.id)]
+    group.append(announcement(3, str(uuid.uuid4())))
+    with caplog.at_level(logging.INFO, logger="cstp.intents"):
+        outcomes = await asyncio.gather(
+            *(services.announcer.write(a) for a in group), return_exceptions=True
+        )
+    assert outcomes[0] is True and outcomes[2] is True, outcomes
+    assert isinstance(outcomes[1], IntegrityError), outcomes
+    assert "a group of 3 announcements failed; writing each alone" in caplog.text
+    written = await rows(db, Intent, Intent.correlation_id.like("alone-%"))
+    assert sorted(i.correlation_id for i in written) == ["alone-1", "alone-3"]
+    ids = [a.row["evaluation_id"] for a in group]
+    evaluations = await rows(db, GuardrailEvaluation, GuardrailEvaluation.id.in_(ids))
+    assert {e.id for e in evaluations} == {ids[0], ids[2]}
