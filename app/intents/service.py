@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,8 @@ from app.search.service import Found, search
 from . import suggestions
 from .schemas import AnnounceIntentParams
 from .writer import Announcement, write_rows
+
+log = logging.getLogger("cstp.intents")
 
 SIMILAR_LIMIT = 5
 _encoder = msgspec.json.Encoder()
@@ -209,7 +212,8 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
     if not written:
         # A concurrent retry with the same correlationId committed first: answer as it did.
         stored = await _stored(ctx, correlation_id)
-        if stored is None:
+        if stored is None:  # refused for another reason: a bug or a damaged database
+            log.error("an announcement's intent row was refused, and not for its correlationId")
             raise storage_error()
         return _replay(stored, fingerprint)
     return msgspec.Raw(encoded)
