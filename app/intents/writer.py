@@ -10,8 +10,8 @@ statement to its COMMIT. Written in the call's own transaction, an announcement 
 ~10 ms with 8 clients announcing (each hand-off to the driver's thread waits for the event
 loop's next turn, which the other calls' searches keep busy), and the lock was held ~93% of
 the time: throughput was the lock's. ``IntentWriter`` writes the announcements that queued
-while the previous group was written in one transaction, so a group of eight holds the lock
-about as long as one did (docs/PERFORMANCE.md). A lone call is a group of one. Postgres has
+while the previous group was written in one transaction, which takes the lock once for all
+of them (docs/PERFORMANCE.md). A lone call is a group of one. Postgres has
 no such lock; there each announcement writes in its own call's transaction.
 
 Each call keeps its own outcome: when a group's transaction fails, each of its announcements
