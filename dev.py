@@ -82,7 +82,10 @@ def main() -> int:
         argv = [str(BIN / "cstp"), *args]
     else:
         argv = [str(BIN / "python"), "-m", "pytest", *args]
-    return subprocess.call(argv, cwd=ROOT)
+    # Hand the process over rather than wait on a child: a signal sent to this process (a
+    # process manager's SIGTERM, a script's kill) must reach the server or the test run.
+    os.chdir(ROOT)
+    os.execv(argv[0], argv)
 
 
 if __name__ == "__main__":
