@@ -105,6 +105,9 @@ def create_app(
         lifespan=[lifespan, mcp_lifespan],
         debug=False,
         logging_config=None,
+        # No OpenAPI pages (/schema): they would be served without a token and load their
+        # scripts from a CDN; the server describes itself with OpenRPC (rpc.discover).
+        openapi_config=None,
     )
     app.state.services = services
     app.state.registry = registry
