@@ -7,6 +7,11 @@ stateless with JSON responses: no session lives in one process, so any worker ca
 request. Its DNS-rebinding protection is on: only the Host names of
 ``CSTP_MCP_ALLOWED_HOSTS`` (default: this machine's loopback names and ``CSTP_HOST``) are
 served; others get HTTP 421.
+
+Only POST is served. A stateless server has nothing to send on a stream of its own, yet the
+SDK would hold a GET open for ever (a socket and its memory per request); the MCP
+specification lets a server that offers no such stream answer 405, which the SDK's client
+takes in its stride. DELETE (ending a session) means nothing without sessions either.
 """
 
 from __future__ import annotations
@@ -36,6 +41,10 @@ if TYPE_CHECKING:
 AGENT_KEY = "cstp.agent"  # where the gate leaves the token's agent in the ASGI scope
 LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 UNAUTHORIZED = b'{"error":"unauthorized","message":"%s"}'
+POST_ONLY = (
+    b'{"error":"method_not_allowed","message":"/mcp takes POST only: '
+    b'this stateless server offers no stream"}'
+)
 
 # The SDK logs every stateless request's end at INFO ("Terminating session: None").
 logging.getLogger("mcp.server.streamable_http_manager").setLevel(logging.WARNING)
@@ -99,6 +108,9 @@ def build_mcp_mount(
             return
         # An ASGI scope is a plain dict, open to extensions like ours, which litestar types as
         # a TypedDict of the standard keys only.
+        if scope["method"] != "POST":
+            await _answer(send, 405, POST_ONLY, [(b"allow", b"POST")])
+            return
         cast("dict[str, Any]", scope)[AGENT_KEY] = agent
         # The SDK annotates the same scope and channels with Starlette's types (plain mappings).
         await manager.handle_request(scope, receive, send)  # type: ignore[arg-type]  # litestar's TypedDicts
@@ -121,13 +133,18 @@ def _header(scope: Scope, name: bytes) -> str | None:
 async def _unauthorized(send: Send, reason: str) -> None:
     """The same answer as ``/cstp`` gives: 401, ``WWW-Authenticate: Bearer``, a JSON body."""
     body = UNAUTHORIZED % reason.encode()
+    await _answer(send, 401, body, [(b"www-authenticate", b'Bearer realm="cstp"')])
+
+
+async def _answer(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    """A whole JSON answer, sent before the SDK sees the request."""
     start: HTTPResponseStartEvent = {
         "type": "http.response.start",
-        "status": 401,
+        "status": status,
         "headers": [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),
-            (b"www-authenticate", b'Bearer realm="cstp"'),
+            *headers,
         ],
     }
     await send(start)
