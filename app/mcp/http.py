@@ -4,9 +4,10 @@ As strict as ``/cstp``: the same bearer tokens (HTTP 401 before the SDK sees the
 the agent always the token's, the same body cap, and every tool call run by the same runner
 (the same rate limits, transactions and audit rows). The SDK's session manager runs
 stateless with JSON responses: no session lives in one process, so any worker can answer any
-request. Its DNS-rebinding protection is on: only the Host names of
-``CSTP_MCP_ALLOWED_HOSTS`` (default: this machine's loopback names and ``CSTP_HOST``) are
-served; others get HTTP 421.
+request. DNS-rebinding protection: only the Host names of ``CSTP_MCP_ALLOWED_HOSTS``
+(default: this machine's loopback names and ``CSTP_HOST``) are served; others get HTTP 421,
+and a browser's Origin naming another host 403, from the gate before the SDK sees the
+request (``Hosts``).
 
 Only POST is served. A stateless server has nothing to send on a stream of its own, yet the
 SDK would hold a GET open for ever (a socket and its memory per request); the MCP
@@ -17,7 +18,8 @@ takes in its stride. DELETE (ending a session) means nothing without sessions ei
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+import re
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, cast
 
@@ -41,6 +43,8 @@ if TYPE_CHECKING:
 AGENT_KEY = "cstp.agent"  # where the gate leaves the token's agent in the ASGI scope
 LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 UNAUTHORIZED = b'{"error":"unauthorized","message":"%s"}'
+WRONG_HOST = b'{"error":"misdirected_request","message":"/mcp does not serve this Host"}'
+WRONG_ORIGIN = b'{"error":"forbidden","message":"/mcp does not serve this Origin"}'
 POST_ONLY = (
     b'{"error":"method_not_allowed","message":"/mcp takes POST only: '
     b'this stateless server offers no stream"}'
@@ -50,27 +54,72 @@ POST_ONLY = (
 logging.getLogger("mcp.server.streamable_http_manager").setLevel(logging.WARNING)
 
 
-def allowed_hosts(settings: Settings) -> list[str] | None:
-    """The Host values to serve (each with and without a port); None: any host."""
-    if settings.mcp_allowed_hosts == ("*",):
+class Hosts:
+    """The Host names ``/mcp`` serves (DNS-rebinding protection), checked here rather than by
+    the SDK, whose ``name:*`` patterns take anything after ``name:`` (``localhost:abc``,
+    ``127.0.0.1:9401@evil.com``). A Host is ``name`` or ``name:port``, the port digits only;
+    names compare in any case."""
+
+    def __init__(self, entries: Iterable[str]) -> None:
+        self.any_port: set[str] = set()
+        self.exact: set[tuple[str, str]] = set()
+        for entry in entries:
+            wildcard = entry.endswith(":*")
+            parsed = _name_and_port(entry[:-2] if wildcard else entry)
+            if parsed is None:
+                continue  # not a name a client can send: it serves nothing
+            name, port = parsed
+            if port is None:
+                self.any_port.add(name)
+            else:
+                self.exact.add((name, port))
+
+    def serves(self, host: str | None) -> bool:
+        parsed = _name_and_port(host or "")
+        if parsed is None:
+            return False
+        name, port = parsed
+        return name in self.any_port or (port is not None and (name, port) in self.exact)
+
+    def allows_origin(self, origin: str | None) -> bool:
+        """No Origin (not a browser, or the same origin) or ``http(s)://`` a served Host."""
+        if origin is None:
+            return True
+        scheme, sep, rest = origin.partition("://")
+        return bool(sep) and scheme.lower() in ("http", "https") and self.serves(rest)
+
+
+_PORT = re.compile(r"[0-9]{1,5}")
+
+
+def _name_and_port(value: str) -> tuple[str, str | None] | None:
+    """``value`` as (name in lower case, port or None); None when it is not ``name``,
+    ``name:port``, ``[v6]`` or ``[v6]:port`` with a port of digits."""
+    if value.startswith("["):
+        address, bracket, rest = value.partition("]")
+        name = address + bracket
+        if not bracket:
+            return None
+    else:
+        name, colon, port = value.partition(":")
+        rest = colon + port
+    if not name:
         return None
-    names = list(settings.mcp_allowed_hosts) or [*LOOPBACK, settings.host]
-    hosts: list[str] = []
-    for name in names:
-        if name in ("0.0.0.0", "::"):
-            continue  # a bind address, not a name a client sends
-        hosts.extend([name] if ":" in name.lstrip("[").split("]")[-1] else [name, f"{name}:*"])
-    return list(dict.fromkeys(hosts))
+    if not rest:
+        return name.lower(), None
+    if rest[0] != ":" or not _PORT.fullmatch(rest[1:]):
+        return None
+    return name.lower(), rest[1:]
 
 
-def security(settings: Settings) -> TransportSecuritySettings:
-    hosts = allowed_hosts(settings)
-    if hosts is None:
-        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    origins = [f"{scheme}://{host}" for host in hosts for scheme in ("http", "https")]
-    return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
-    )
+def allowed_hosts(settings: Settings) -> Hosts | None:
+    """The Host names to serve (a name listed without a port, or with ``:*``, on any port);
+    None: any host."""
+    if "*" in settings.mcp_allowed_hosts:
+        return None
+    names = settings.mcp_allowed_hosts or (*LOOPBACK, settings.host)
+    # 0.0.0.0 and :: are bind addresses, not names a client sends.
+    return Hosts(name for name in names if name not in ("0.0.0.0", "::"))
 
 
 def build_mcp_mount(
@@ -86,11 +135,13 @@ def build_mcp_mount(
             raise internal_error()  # the gate always sets it; never run a call without one
         return await runner.run(operation, arguments, agent, face="mcp")
 
+    hosts = allowed_hosts(settings)
     manager = StreamableHTTPSessionManager(
         app=build_server(registry, call),
         stateless=True,
         json_response=True,
-        security_settings=security(settings),
+        # Host and Origin are checked by the gate below, more strictly than the SDK would.
+        security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         max_request_body_size=settings.max_body_bytes,
     )
 
@@ -106,11 +157,18 @@ def build_mcp_mount(
         if agent is None:
             await _unauthorized(send, "invalid bearer token")
             return
-        # An ASGI scope is a plain dict, open to extensions like ours, which litestar types as
-        # a TypedDict of the standard keys only.
+        if hosts is not None:
+            if not hosts.serves(_header(scope, b"host")):
+                await _answer(send, 421, WRONG_HOST, [])
+                return
+            if not hosts.allows_origin(_header(scope, b"origin")):
+                await _answer(send, 403, WRONG_ORIGIN, [])
+                return
         if scope["method"] != "POST":
             await _answer(send, 405, POST_ONLY, [(b"allow", b"POST")])
             return
+        # An ASGI scope is a plain dict, open to extensions like ours, which litestar types as
+        # a TypedDict of the standard keys only.
         cast("dict[str, Any]", scope)[AGENT_KEY] = agent
         # The SDK annotates the same scope and channels with Starlette's types (plain mappings).
         await manager.handle_request(scope, receive, send)  # type: ignore[arg-type]  # litestar's TypedDicts
