@@ -105,17 +105,34 @@ class Runner:
             log.exception("could not record the failure of %s", operation.name)
 
 
+# The longest caller-supplied value a log line holds: a JSON-RPC id or method name can be
+# as long as the body cap (1 MiB), and so would the line be.
+LOGGED_CHARS = 200
+
+
+def clip(value: Any) -> Any:
+    """``value`` for a log line: as it is when short, else the first LOGGED_CHARS characters
+    of its text and how long that was."""
+    if value is None or isinstance(value, bool):
+        return value
+    text = value if isinstance(value, str) else str(value)
+    if len(text) <= LOGGED_CHARS:
+        return value if isinstance(value, (int, float)) else text
+    return f"{text[:LOGGED_CHARS]}... ({len(text)} characters)"
+
+
 def log_call(
     agent: str, name: str, request_id: Any, outcome: str, started: float, face: str
 ) -> None:
-    """One structured line per call: agent, operation, id, outcome, duration, face."""
+    """One structured line per call: agent, operation, id, outcome, duration, face (the
+    caller's id and method name cut to LOGGED_CHARS)."""
     if log.isEnabledFor(logging.INFO):
         line = {
             "event": "rpc",
             "face": face,
-            "agent": agent,
-            "method": name[:200],
-            "id": request_id,
+            "agent": clip(agent),
+            "method": clip(name),
+            "id": clip(request_id),
             "outcome": outcome,
             "durationMs": round((time.perf_counter() - started) * 1000, 2),
         }
