@@ -31,6 +31,7 @@ from .cli_support import (
     run_async,
 )
 from .client import register_client_commands
+from .client.render import echo
 from .config import ConfigError, Settings
 
 T = TypeVar("T")
@@ -158,7 +159,7 @@ def outbox(ctx: click.Context) -> None:
         from .outbox.admin import describe
 
         for line in await describe(services):
-            click.echo(line)
+            echo(line)  # an event's error may quote stored text: no control character raw
 
     _with_services(show)
 
@@ -203,7 +204,7 @@ def export_tree() -> None:
     exported = _with_services(work)
     click.echo(f"exported {exported} decision file(s)")
     for decision_id, reason in exported.failed:
-        click.echo(f"could not export decision {decision_id}: {reason}", err=True)
+        echo(f"could not export decision {decision_id}: {reason}", err=True)
     if exported.failed:
         sys.exit(1)
 
@@ -244,7 +245,7 @@ def import_tree_command(directory: Path) -> None:
 
     report, done, left = _with_services(work)
     for name, reason in report.failed:
-        click.echo(f"could not import {name}: {reason}", err=True)
+        echo(f"could not import {name}: {reason}", err=True)  # a file name is anyone's text
     click.echo(
         f"files {report.files}, new {report.new}, already present {report.existing}, "
         f"failed {len(report.failed)}; indexed and exported: {done} event(s), "

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import click
 
 from .cli_support import Failure, ensure_schema, load_settings, run_async
+from .client.render import echo, echo_lines
 
 T = TypeVar("T")
 
@@ -111,7 +112,7 @@ def audit_verify(checkpoint_files: tuple[Path, ...], start: int) -> None:
 
     report = _audited_read(work)
     for problem in report.problems:
-        click.echo(problem.line())
+        echo(problem.line())  # it names stored rows: no control character raw
     keyed = "HMAC-SHA256" if key is not None else "SHA-256, no key"
     span = f"entries {report.first}..{report.last}" if report.last >= report.first else "no entries"
     verdict = "ok" if report.ok else f"{len(report.problems)} problem(s)"
@@ -137,7 +138,7 @@ def guardrails_replay(evaluation_id: str) -> None:
     result = _audited_read(work)
     ev, rules = result.evaluation, result.rule_set
     evaluated, violations, warnings = result.counts
-    click.echo(
+    echo_lines(  # stored text (agent, rule names): no control character raw
         f"evaluation {ev['id']} ({ev['source']}, agent {ev['agent']}, "
         f"{iso(ev['evaluated_at'])})\n"
         f"rule set {ev['rule_set_hash']} (version {rules.version}, {len(rules.rules)} rules)\n"
@@ -147,7 +148,7 @@ def guardrails_replay(evaluation_id: str) -> None:
         f"violations {violations}, warnings {warnings}"
     )
     for difference in result.differences:
-        click.echo(f"  differs: {difference}")
+        echo(f"  differs: {difference}")
     click.echo("same verdict" if result.same else "DIFFERENT verdict")
     if not result.same:
         sys.exit(1)

@@ -1,12 +1,21 @@
-"""Output for people: aligned tables, ``key: value`` lines, and ``--json`` for scripts.
+r"""Output for people: aligned tables, ``key: value`` lines, and ``--json`` for scripts.
 
 Every line goes through :func:`echo`, which falls back to raw UTF-8 bytes when the terminal's
 encoding cannot show a character, so a decision title never turns into a traceback.
+
+What the client prints was mostly written by agents (titles, tags, projects, review notes),
+and a terminal acts on some characters instead of showing them: ESC starts sequences that
+clear the screen, set the window title or write the clipboard (OSC 52), the 8-bit C1 codes
+do the same on some terminals, and the bidirectional overrides reorder the rest of the line.
+None of them ever reaches the terminal raw: people's output shows each as an escape
+(``\x1b``, ``\x9b``, ``\u202e``), and ``--json`` as a JSON ``\u`` escape (the same
+string to a JSON parser).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -14,21 +23,60 @@ import click
 
 TITLE_WIDTH = 50
 
+# DEL, C1 controls, the Arabic letter mark, the bidirectional marks, embeddings, overrides and
+# isolates, and the line and paragraph separators; with the C0 controls, every character a
+# terminal may act on.
+_ABOVE_C0 = r"\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029"
+_ACTIVE = r"\x00-\x1f" + _ABOVE_C0
+_UNSAFE = re.compile(f"[{_ACTIVE}]")
+# What json.dumps leaves raw in a string when it keeps non-ASCII text (it escapes C0 itself).
+_UNSAFE_IN_JSON = re.compile(f"[{_ABOVE_C0}]")
+# The same but the plain whitespace that one_line turns into single spaces.
+_UNSAFE_BUT_SPACE = re.compile(rf"(?![\t\n\r\x0b\x0c])[{_ACTIVE}]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def visible(text: str) -> str:
+    r"""``text`` with every character a terminal would act on shown as an escape
+    (ESC -> ``\x1b``, a newline -> ``\x0a``): safe to print, and on one line."""
+    return _UNSAFE.sub(_escape, text)
+
 
 def one_line(text: str) -> str:
-    return " ".join(str(text).split())
+    """``text`` on one line: runs of plain whitespace (newlines included) become one space,
+    and any other character a terminal would act on is shown as an escape."""
+    return " ".join(_UNSAFE_BUT_SPACE.sub(_escape, str(text)).split())
 
 
 def echo(text: str = "", err: bool = False) -> None:
+    """Print one line; whatever it holds, no control character reaches the terminal."""
+    text = visible(text)
     try:
         click.echo(text, err=err)
     except UnicodeEncodeError:
         click.echo(text.encode("utf-8"), err=err)
 
 
-def print_json(result: Any) -> None:
+def echo_lines(text: str, err: bool = False) -> None:
+    """Print each line of ``text`` through :func:`echo`."""
+    for line in text.split("\n"):
+        echo(line, err=err)
+
+
+def json_text(result: Any) -> str:
+    r"""``result`` as pretty JSON, with every character a terminal would act on written as a
+    ``\u`` escape (json.dumps escapes only C0 controls when it keeps non-ASCII text)."""
     text = json.dumps(result, indent=2, ensure_ascii=False)
-    click.echo(text.encode("utf-8"))
+    # Outside its strings JSON text is ASCII, so each one found is inside a string.
+    return _UNSAFE_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def print_json(result: Any) -> None:
+    click.echo(json_text(result).encode("utf-8"))
 
 
 def fmt(value: Any) -> str:
@@ -60,7 +108,7 @@ def clip(text: str, width: int) -> str:
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[str]], indent: str = "") -> list[str]:
     """Aligned columns, two spaces apart; the last column is not padded."""
-    rows = [list(map(str, row)) for row in rows]
+    rows = [[visible(str(cell)) for cell in row] for row in rows]  # escaped before measured
     widths = [len(h) for h in headers]
     for row in rows:
         for i, cell in enumerate(row):
