@@ -50,7 +50,9 @@ POST_ONLY = (
     b'this stateless server offers no stream"}'
 )
 
-# The SDK logs every stateless request's end at INFO ("Terminating session: None").
+# The SDK's transport logs every stateless request's end at INFO ("Terminating session:
+# None"), and its session manager its own start and stop: nothing an operator acts on.
+logging.getLogger("mcp.server.streamable_http").setLevel(logging.WARNING)
 logging.getLogger("mcp.server.streamable_http_manager").setLevel(logging.WARNING)
 
 

@@ -30,11 +30,15 @@ log = logging.getLogger("cstp.outbox")
 
 def _logged(failure: Failure, what: str, exc: BaseException) -> Failure:
     """Log a failure: the traceback only for an unforeseen one (a permanent one's reason is
-    the whole story, and a RecursionError's traceback is a thousand lines)."""
+    the whole story, and a RecursionError's traceback is a thousand lines). A transient one
+    (a dependency out of reach) only at DEBUG: the relay tells the outage once when it
+    starts and once when it ends (``BackgroundRelay._note``), not once per event and try."""
     if failure.kind == FailureKind.UNKNOWN:
         log.error(
             "%s failed: %s", what, failure.error, exc_info=(type(exc), exc, exc.__traceback__)
         )
+    elif failure.kind == FailureKind.TRANSIENT:
+        log.debug("%s failed (%s): %s", what, failure.kind, failure.error)
     else:
         log.warning("%s failed (%s): %s", what, failure.kind, failure.error)
     return failure

@@ -59,23 +59,43 @@ class BackgroundRelay:
         # of an earlier process may be waiting), and kinds seen working again since.
         self._down: set[str] = set(EventKind)
         self._back: set[str] = set()
+        # Kinds failing for an unreachable dependency, as the log has told, with their failed
+        # attempts since; and those that came back, with theirs, until ``_revive`` tells it.
+        self._failing: dict[str, int] = {}
+        self._recovered: dict[str, int] = {}
 
     def _note(self, work: Sequence[Event], results: Results) -> None:
         """Notice a dependency coming back: a kind that worked after a transient failure of
         its kind (or for the first time in this process) gets its waiting events made due at
         once by the next pass (``_revive``), which is started now; they need not wait out
         their backoff."""
-        failed = {
-            w.kind
-            for w in work
-            if (f := results.get(w.id, NOT_RUN)) is not None and f.kind == FailureKind.TRANSIENT
-        }
+        failed: set[str] = set()
+        for w in work:
+            failure = results.get(w.id, NOT_RUN)
+            if failure is not None and failure.kind == FailureKind.TRANSIENT:
+                failed.add(w.kind)
+                self._count_failure(w.kind, failure.error)
         worked = {w.kind for w in work if results.get(w.id, NOT_RUN) is None}
         back = (worked - failed) & self._down
         self._down = (self._down - back) | failed
+        for kind in back & self._failing.keys():
+            self._recovered[kind] = self._recovered.get(kind, 0) + self._failing.pop(kind)
         if back:
             self._back |= back
             self.wakeup.set()
+
+    def _count_failure(self, kind: str, error: str) -> None:
+        """An outage of a kind's dependency is one line when it starts (here) and one when it
+        ends (``_revive``), with the attempts that failed meanwhile: not a line per event."""
+        if kind not in self._failing:
+            self._failing[kind] = 0
+            log.warning(
+                "outbox: %s events wait: %s; retried until it works (failures are counted, "
+                "not logged, until then)",
+                kind,
+                error,
+            )
+        self._failing[kind] += 1
 
     async def _revive(self) -> None:
         """Make the events waiting on a dependency that came back (``_note``) due now.
@@ -85,6 +105,7 @@ class BackgroundRelay:
         if not self._back:
             return
         kinds, self._back = sorted(self._back), set()
+        recovered = {k: self._recovered.pop(k) for k in kinds if k in self._recovered}
         now = self.runtime.now()
         try:
             async with self.db.transaction(write=True) as session:
@@ -101,8 +122,16 @@ class BackgroundRelay:
                 )
         except BaseException:
             self._back.update(kinds)
+            self._recovered.update(recovered)
             raise
-        if revived:
+        if recovered:
+            log.warning(
+                "outbox: %s works again after %s: %d waiting event(s) are due now",
+                " and ".join(recovered),
+                " and ".join(f"{n} failed attempt(s)" for n in recovered.values()),
+                revived,
+            )
+        elif revived:
             log.info(
                 "%s works again: %d waiting outbox event(s) are due now",
                 " and ".join(kinds),
@@ -145,7 +174,9 @@ class BackgroundRelay:
         while True:
             try:
                 stats = await self.run_due()
-                if stats.done or stats.failed:
+                # A pass whose events only failed says nothing new: an unreachable
+                # dependency is told by ``_note``, any other failure by the handlers.
+                if stats.done or stats.dead:
                     log.info(
                         "outbox pass: %d done, %d failed, %d dead",
                         stats.done,

@@ -43,6 +43,9 @@ warnings.filterwarnings(
     "ignore", "legacy embedding function config", DeprecationWarning, r"chromadb\."
 )
 
+# httpx logs each of Chroma's HTTP requests at INFO (several per call): requests, not events.
+logging.getLogger("httpx").setLevel(logging.WARNING)
+
 T = TypeVar("T")
 CONNECT_TIMEOUT_S = 2.0
 REQUEST_TIMEOUT_S = 5.0
@@ -162,6 +165,36 @@ def _tuned(client: ClientAPI, collection: Collection) -> Collection:
     return client.get_collection(collection.name)
 
 
+class _Outage:
+    """Tells an outage of the index in two log lines, not one per failed call (a search or
+    an outbox retry each fail while it lasts): one when the first call fails, one when a
+    call works again, with how many failed meanwhile. Safe across worker threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._failed = 0  # calls failed since the outage began; 0: no outage
+
+    def failed(self, exc: BaseException) -> None:
+        with self._lock:
+            self._failed += 1
+            if self._failed > 1:
+                return
+        cause = exc.__cause__ or exc
+        logger.warning(
+            "the vector index cannot be reached (%s): calls that need it fail or wait in the "
+            "outbox until it answers; failures are counted, not logged, until then",
+            type(cause).__name__,
+        )
+
+    def worked(self) -> None:
+        if not self._failed:  # read without the lock: a stale 0 only defers the line
+            return
+        with self._lock:
+            failed, self._failed = self._failed, 0
+        if failed:
+            logger.warning("the vector index answers again after %d failed call(s)", failed)
+
+
 class ChromaCollection:
     """One collection by name, connected lazily and dropped after a failure; the blocking
     methods run in worker threads and are safe to call from several at once."""
@@ -187,6 +220,7 @@ class ChromaCollection:
         self._collection: Collection | None = None
         self._closed = False
         self._failed: tuple[float, Exception] | None = None  # when the last attempt failed
+        self._outage = _Outage()
 
     @property
     def client(self) -> Client | None:
@@ -259,6 +293,16 @@ class ChromaCollection:
         A collection that vanished under us (``cstp reindex`` switched to a rebuilt one) is
         looked up again by name and the call retried once, so the switch costs no error.
         """
+        try:
+            result = self._run(op)
+        except IndexUnavailable as exc:
+            if not self._closed:  # a call after close() is not an outage
+                self._outage.failed(exc)
+            raise
+        self._outage.worked()
+        return result
+
+    def _run(self, op: Callable[[Collection], T]) -> T:
         for attempt in (1, 2):
             collection: Collection | None = None
             try:
@@ -271,7 +315,6 @@ class ChromaCollection:
                 if attempt == 2:
                     raise unavailable(exc) from exc
             except Exception as exc:
-                logger.warning("vector index call failed: %s", type(exc).__name__)
                 self.invalidate(collection)
                 raise unavailable(exc) from exc
         raise AssertionError("unreachable")
