@@ -1,10 +1,10 @@
 """What ``cstp import`` holds a whole decision file to, and the error that refuses one.
 
-A file is a regular file (a symbolic link is not followed) no larger than the API's body cap;
-its YAML holds no aliases; and the decision read from it is within the limits the API holds a
-client to, checked by the API's own params structs. Each value's own checks (type, length,
-range) are in app.decisions.import_values; the mapping of the file's keys to a ``Decision`` is
-in app.decisions.import_file.
+A file is a regular file (a symbolic link is not followed; a named pipe, socket or device is
+never opened) no larger than the API's body cap; its YAML holds no aliases; and the decision
+read from it is within the limits the API holds a client to, checked by the API's own params
+structs. Each value's own checks (type, length, range) are in app.decisions.import_values; the
+mapping of the file's keys to a ``Decision`` is in app.decisions.import_file.
 """
 
 from __future__ import annotations
@@ -32,18 +32,43 @@ class Unreadable(Exception):
     """This file cannot be imported; the message says why (shown to the operator)."""
 
 
+_KINDS = (
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a device"),
+    (stat.S_ISBLK, "a device"),
+    (stat.S_ISDIR, "a directory"),
+)
+
+
+def _not_regular(mode: int) -> Unreadable:
+    if stat.S_ISLNK(mode):
+        return Unreadable("a symbolic link: not followed")
+    kind = next((name for test, name in _KINDS if test(mode)), "not a file")
+    return Unreadable(f"{kind}, not a regular file: not read")
+
+
 def read_capped(path: Path, max_bytes: int) -> bytes:
     """The file's bytes, if it is a regular file (a symbolic link is not followed) of at most
-    ``max_bytes`` (the API's body cap: a file holds no more than a request could)."""
+    ``max_bytes`` (the API's body cap: a file holds no more than a request could).
+
+    Anything else is refused before it is opened: opening a named pipe blocks until a writer
+    comes, which would hang the import forever, and opening a device can have effects of its
+    own. The open itself is non-blocking too, for an entry swapped for a pipe after the
+    check; the descriptor is checked again before anything is read."""
+    mode = os.lstat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise _not_regular(mode)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError as exc:
-        if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a link
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a link (swapped in after the check)
             raise Unreadable("a symbolic link: not followed") from None
         raise
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise Unreadable("not a regular file")
+        mode = os.fstat(handle.fileno()).st_mode
+        if not stat.S_ISREG(mode):
+            raise _not_regular(mode)
         content = handle.read(max_bytes + 1)
     if len(content) > max_bytes:
         raise Unreadable(f"larger than {max_bytes} bytes (CSTP_MAX_BODY_BYTES)")

@@ -43,8 +43,10 @@ class ImportReport:
 
 
 def find_files(root: Path) -> list[Path]:
-    """The YAML files under ``root``, and the symbolic links met on the way (to a file or a
-    folder), which are listed, not followed: an import reads nothing outside its tree."""
+    """The entries named ``*.yaml`` or ``*.yml`` under ``root``, and the symbolic links met on
+    the way (to a file or a folder), which are listed, not followed: an import reads nothing
+    outside its tree. Only regular files are opened (app.decisions.import_limits): a named
+    pipe, socket or device among them is listed as such, and skipped."""
     found: list[Path] = []
     for folder, dirs, files in os.walk(root, followlinks=False):
         base = Path(folder)
