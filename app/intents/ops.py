@@ -5,8 +5,9 @@ from __future__ import annotations
 from app.errors import CONFLICT, GUARDRAIL_EVAL_FAILED, QUERY_FAILED
 from app.operations.registry import Operation, Registry
 
+from .failed import record_failure
 from .schemas import AnnounceIntentParams, AnnounceIntentResult
-from .service import announce, record_failure
+from .service import announce
 
 
 def register(registry: Registry) -> None:

@@ -11,14 +11,12 @@ import functools
 import hashlib
 import json
 import logging
-import math
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 from sqlalchemy import Connection, Row, bindparam, select
 
 from app.audit.canonical import covered
-from app.audit.chain import append
 from app.db.intents import Intent
 from app.errors import CONFLICT, CstpError, storage_error
 from app.guardrails.service import Request, evaluate_request
@@ -217,55 +215,6 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
             raise storage_error()
         return _replay(stored, fingerprint)
     return msgspec.Raw(encoded)
-
-
-async def record_failure(ctx: CallContext, raw: dict[str, Any], error: CstpError) -> None:
-    """The audit row of an announcement that did not succeed (rate limited or failed)."""
-
-    def text(key: str) -> str | None:
-        value = raw.get(key)
-        return _storable(value[:20_000]) if isinstance(value, str) else None
-
-    confidence = raw.get("confidence")
-    try:
-        metadata = _storable(raw.get("metadata"))
-    except RecursionError:  # nested too deeply to store; the row keeps everything else
-        metadata = None
-    correlation = _storable(raw.get("correlationId") or raw.get("correlation_id"))
-    intent = Intent(
-        id=ctx.services.runtime.uuid(),
-        correlation_id=correlation[:128] if isinstance(correlation, str) else "",
-        agent=ctx.agent,
-        received_at=ctx.services.runtime.now(),
-        outcome="rate_limited" if error.code == -32002 else "failed",
-        error_code=error.code,
-        intent=text("intent"),
-        context=text("context"),
-        category=(text("category") or "")[:64] or None,
-        stakes=(text("stakes") or "")[:16] or None,
-        confidence=float(confidence)
-        if isinstance(confidence, (int, float)) and not isinstance(confidence, bool)
-        else None,
-        metadata_=metadata if isinstance(metadata, dict) else None,
-    )
-    ctx.session.add(intent)
-    append(ctx.session, intent)
-
-
-def _storable(value: Any) -> Any:
-    """A request value as the audit row can hold it: NUL characters (which Postgres text
-    cannot store, and for which the call itself was refused) become U+FFFD, and a number JSON
-    cannot hold (NaN, Infinity: refused too, and read only by the MCP transport's parser) its
-    name as text."""
-    if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
-    if isinstance(value, float) and not math.isfinite(value):
-        return repr(value).replace("inf", "Infinity").replace("nan", "NaN")
-    if isinstance(value, dict):
-        return {_storable(k): _storable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_storable(v) for v in value]
-    return value
 
 
 async def intent_for_decision(ctx: CallContext, correlation_id: str) -> StoredIntent | None:
