@@ -69,10 +69,11 @@ def storage_error() -> CstpError:
     return CstpError(STORAGE_ERROR, "Storage error: the database could not be used")
 
 
-def unavailable(what: str, retry_after_ms: int) -> CstpError:
-    """A dependency the call needs is unreachable: an outage, not a bug."""
+def unavailable(what: str, retry_after_ms: int, problem: str = "is unreachable") -> CstpError:
+    """A dependency the call needs is unreachable, or cannot do what the call needs of it
+    (``problem``: "refuses writes"): an outage, not a bug."""
     return CstpError(
-        UNAVAILABLE, f"Unavailable: {what} is unreachable", {"retryAfterMs": retry_after_ms}
+        UNAVAILABLE, f"Unavailable: {what} {problem}", {"retryAfterMs": retry_after_ms}
     )
 
 

@@ -17,8 +17,8 @@ from app.config import RateLimit
 from app.errors import rate_limited, unavailable
 
 log = logging.getLogger("cstp.ratelimit")
-# How long a client is told to wait when the shared store is unreachable: about as long as a
-# Redis restart or failover takes, and the connect timeout below.
+# How long a client is told to wait when the shared store is unreachable or refuses writes:
+# about as long as a Redis restart or failover takes, and the connect timeout below.
 OUTAGE_RETRY_MS = 2000
 
 
@@ -91,6 +91,19 @@ return wait
 """
 
 
+# What /ready says of the store (``checks.rateLimits``) when a call cannot use it.
+UNREACHABLE = "unreachable"
+REFUSES_WRITES = "refuses writes"
+ANSWERS_WITH_ERRORS = "answers with errors"
+# The budget /ready's probe runs the script with: its key expires two seconds after a probe.
+_PROBE_BUDGET = RateLimit(1, 1.0)
+
+
+def _phrase(problem: str) -> str:
+    """The problem as a refused call's message and the log say it."""
+    return "is unreachable" if problem == UNREACHABLE else problem
+
+
 class RedisRateLimiter:
     def __init__(self, url: str, limits: Mapping[str, RateLimit], prefix: str = "cstp:rl") -> None:
         # Imported here, not at the top: redis.asyncio costs ~0.1 s at every start of the
@@ -100,34 +113,63 @@ class RedisRateLimiter:
         self.limits = limits
         self.prefix = prefix
         self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
+        # A store that answers but will not write: a read-only replica (READONLY), maxmemory
+        # reached under noeviction (OOM), failed snapshots that stop writes (MISCONF).
+        self._refusals: tuple[type[BaseException], ...] = (
+            redis.ReadOnlyError,
+            redis.OutOfMemoryError,
+        )
+        self._response_error: type[BaseException] = redis.ResponseError
         self._redis = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
         self._script = self._redis.register_script(_LUA)
-        self._down = False  # in an outage: logged once when it starts and once when it ends
+        self._down: str | None = None  # the problem of an outage, logged when it starts and ends
 
-    async def check(self, agent: str, method: str) -> None:
-        budget = _budget(self.limits, method)
+    def _problem(self, exc: BaseException) -> str:
+        """What a failed call to the store says about it, in the words of /ready."""
+        if isinstance(exc, self._refusals):
+            return REFUSES_WRITES
+        if isinstance(exc, self._response_error):
+            return REFUSES_WRITES if str(exc).startswith("MISCONF") else ANSWERS_WITH_ERRORS
+        return UNREACHABLE  # refused or dropped connections, timeouts, a store still loading
+
+    async def _take(self, key: str, budget: RateLimit) -> int:
+        """Run the budget script on ``key``: 0 when a token was taken, else the ms to wait."""
         rate_per_ms = budget.count / (budget.seconds * 1000)
         ttl_ms = int(budget.seconds * 1000) + 1000
+        return int(await self._script(keys=[key], args=[budget.count, rate_per_ms, ttl_ms]))
+
+    async def check(self, agent: str, method: str) -> None:
         key = f"{self.prefix}:{method}:{agent}"
         try:
-            wait = int(await self._script(keys=[key], args=[budget.count, rate_per_ms, ttl_ms]))
+            wait = await self._take(key, _budget(self.limits, method))
         except self._errors as exc:
-            if not self._down:
-                self._down = True
+            problem = self._problem(exc)
+            if self._down != problem:  # an outage starts, or what is wrong changes
+                self._down = problem
                 log.error(
-                    "the rate-limit store (Redis) is unreachable: %s; calls are refused "
-                    "with -32006 until it answers again",
+                    "the rate-limit store (Redis) %s: %s; calls are refused with -32006 "
+                    "until it takes budget updates again",
+                    _phrase(problem),
                     type(exc).__name__,
                 )
-            raise unavailable("the rate-limit store", OUTAGE_RETRY_MS) from None
-        if self._down:
-            self._down = False
+            raise unavailable("the rate-limit store", OUTAGE_RETRY_MS, _phrase(problem)) from None
+        if self._down is not None:
+            self._down = None
             log.warning("the rate-limit store (Redis) answers again")
         if wait > 0:
             raise rate_limited(wait)
 
-    async def ping(self) -> None:
-        await self._redis.ping()
+    async def readiness(self) -> str:
+        """``"ok"`` when the store takes what every call needs of it (the budget script,
+        which writes, run on a probe key of its own that expires seconds later), else the
+        problem: unreachable, refuses writes, or answers with errors. A PING is not enough:
+        a read-only replica, or a store full under noeviction, answers it while every call
+        is refused."""
+        try:
+            await self._take(f"{self.prefix}:ready-probe", _PROBE_BUDGET)
+        except self._errors as exc:
+            return self._problem(exc)
+        return "ok"
 
     async def close(self) -> None:
         await self._redis.aclose()

@@ -67,14 +67,15 @@ async def ready(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     except Exception:
         checks["vectorIndex"] = "unreachable"
         failing.append("vectorIndex")
-    ping_limits = getattr(services.limiter, "ping", None)  # a shared store (Redis) only
-    if ping_limits is not None:
+    limits_readiness = getattr(services.limiter, "readiness", None)  # a shared store only
+    if limits_readiness is not None:
+        # Every call is refused (-32006) while its budget cannot be updated, whether the
+        # store is down or answers but refuses writes: not ready either way.
         try:
-            await ping_limits()
-            checks["rateLimits"] = "ok"
+            checks["rateLimits"] = await limits_readiness()
         except Exception:
-            # Every call is refused (-32006) while the budgets cannot be read: not ready.
-            checks["rateLimits"] = "unreachable"
+            checks["rateLimits"] = "unknown"
+        if checks["rateLimits"] != "ok":
             failing.append("rateLimits")
     status = "not_ready" if failing else "degraded" if degraded else "ready"
     body: dict[str, Any] = {"status": status, "checks": checks}
