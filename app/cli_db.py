@@ -27,7 +27,7 @@ def db() -> None:
 
 
 async def _migrate(
-    url: str, state: SchemaState, action: Callable[[], Awaitable[None]]
+    url: str, state: SchemaState, action: Callable[[], Awaitable[object]]
 ) -> str | None:
     """Run ``action`` (an upgrade or a downgrade) unless the database, in ``state``, is not
     one this version can migrate (``schema_problem``); returns its revision after."""

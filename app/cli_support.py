@@ -292,10 +292,16 @@ async def ensure_schema(
             f"the database is at revision {state.revision}, this version needs "
             f"{head}: {UPGRADE_HINT}"
         )
-    await migrate.upgrade(url)
-    if state.empty:
+    before = await migrate.upgrade(url)
+    if before is None:
         click.echo(
             f"created the tables of a new database in {redact(url)} (revision {head})", err=True
+        )
+    elif state.empty:  # another process migrated it while this one waited for the lock
+        click.echo(
+            f"the tables of the new database in {redact(url)} were created by another process "
+            f"(revision {before})",
+            err=True,
         )
 
 

@@ -98,10 +98,21 @@ def _run(action: Callable[[Config], None]) -> Callable[[Connection], None]:
     return work
 
 
-async def upgrade(url: str, revision: str = "head") -> None:
-    await _with_connection(url, _run(lambda cfg: command.upgrade(cfg, revision)), locked=True)
+async def upgrade(url: str, revision: str = "head") -> str | None:
+    """Upgrade to ``revision``; returns the revision the database was at, read under the
+    migration lock: None only in the one process that created the tables, even when several
+    found none before they waited for the lock."""
+    apply = _run(lambda cfg: command.upgrade(cfg, revision))
+
+    def work(connection: Connection) -> str | None:
+        before = _current(connection)
+        apply(connection)
+        return before
+
+    before = await _with_connection(url, work, locked=True)
     if url.startswith("sqlite"):
         await _with_connection(url, _use_wal)
+    return before
 
 
 def _use_wal(connection: Connection) -> None:
