@@ -14,11 +14,10 @@ from typing import Annotated, Any, Literal
 
 from msgspec import Meta
 
-from app.wire import ShortText, Stakes, Struct
+from app.wire import AgentIn, Moment, ShortText, Stakes, Struct
 
 GroupBy = Literal["category", "stakes", "agent", "confidenceBucket"]
 MinDecisions = Annotated[int, Meta(ge=1, le=1_000_000_000)]
-Moment = Annotated[str, Meta(max_length=64)]
 
 DEFAULT_MIN_DECISIONS = 5
 
@@ -40,7 +39,7 @@ class GetCalibrationParams(Struct):
     # Top-level aliases of the filters (used when ``filters`` does not give the key).
     # ``agent`` may also arrive as the informational ``{"id": ...}`` object older clients
     # send about themselves; that form is never a filter and is ignored.
-    agent: ShortText | dict[str, Any] | None = None
+    agent: ShortText | AgentIn | None = None
     category: ShortText | None = None
     stakes: Stakes | None = None
     since: Moment | None = None

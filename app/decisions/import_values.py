@@ -18,7 +18,7 @@ from sqlalchemy import ColumnElement, String
 
 from app.db.decisions import Decision, DecisionTag
 from app.operations.params import nul_path
-from app.wire import Outcome, Stakes
+from app.wire import TEXT_MAX, Outcome, Stakes
 
 from .import_limits import Unreadable
 from .schemas import MentalState, ReasonType
@@ -30,12 +30,15 @@ REASON_TYPES = set(get_args(ReasonType))
 MENTAL_STATES = set(get_args(MentalState))
 CORRELATION_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1  # what an Integer column holds on Postgres
-# The lengths of the decision's text columns, read from the model, by column (= YAML key) name.
+# The lengths of the decision's text columns, read from the model, by column (= YAML key) name;
+# the API's own limits are checked on top (app.decisions.import_limits). ``summary`` has no
+# param, and no column length: the API makes it from the decision, so a file's own is held
+# to the decision's limit.
 LENGTHS: dict[str, int] = {
     c.name: c.type.length
     for c in Decision.__table__.columns
     if isinstance(c.type, String) and c.type.length is not None
-}
+} | {"summary": TEXT_MAX}
 
 
 def _string_length(column: ColumnElement[Any]) -> int:

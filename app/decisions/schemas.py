@@ -13,6 +13,9 @@ from app.wire import (
     Count,
     DecisionId,
     DecisionItem,
+    FreeForm,
+    LongText,
+    Moment,
     NonBlank,
     Outcome,
     ReasonOut,
@@ -35,7 +38,7 @@ ReasonType = Literal[
     "constraint",
 ]
 MentalState = Literal["deliberate", "reactive", "exploratory", "habitual", "pressured"]
-ReviewIn = Annotated[str, Meta(pattern=r"\A[1-9][0-9]{0,3}[dwm]\Z")]
+ReviewIn = Annotated[str, Meta(pattern=r"\A[1-9][0-9]{0,3}[dwm]\Z", max_length=5)]
 Order = Literal["asc", "desc"]
 SortKey = Literal["createdAt", "confidence", "category", "stakes", "status"]
 
@@ -58,7 +61,7 @@ class RecordDecisionParams(Struct):
     confidence: Unit
     category: ShortText
     stakes: Stakes = "medium"
-    context: str | None = None
+    context: LongText | None = None
     reasons: Annotated[list[ReasonIn], Meta(max_length=100)] = []  # noqa: RUF012 - a msgspec field
     kpi_indicators: Annotated[list[ShortText], Meta(max_length=100)] = []  # noqa: RUF012 - a msgspec field
     mental_state: MentalState | None = None
@@ -87,8 +90,8 @@ class ListDecisionsParams(Struct):
     agent: ShortText | None = None
     correlation_id: CorrelationId | None = None
     tags: Annotated[list[Tag], Meta(max_length=50)] = []  # noqa: RUF012 - a msgspec field
-    date_from: str | None = None
-    date_to: str | None = None
+    date_from: Moment | None = None
+    date_to: Moment | None = None
     search: Annotated[str, Meta(max_length=1000)] | None = None
     sort: SortKey = "createdAt"
     order: Order = "desc"
@@ -109,10 +112,10 @@ def drop_none(data: dict[str, Any]) -> dict[str, Any]:
 class ReviewDecisionParams(Struct):
     id: DecisionId
     outcome: Outcome
-    actual_result: Annotated[str, Meta(max_length=20_000)] | None = None
-    lessons: Annotated[str, Meta(max_length=20_000)] | None = None
-    notes: Annotated[str, Meta(max_length=20_000)] | None = None
-    affected_kpis: dict[str, Any] | None = None
+    actual_result: LongText | None = None
+    lessons: LongText | None = None
+    notes: LongText | None = None
+    affected_kpis: FreeForm | None = None
 
 
 # --- results: what the methods answer (documented by rpc.discover; tests hold the answers to

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from msgspec import Meta
 
-from app.wire import NonBlank, ShortText, Stakes, Struct, Unit
+from app.wire import FreeForm, NonBlank, ShortText, Stakes, Struct, Unit
 
 
 class ActionIn(Struct):
@@ -15,7 +15,7 @@ class ActionIn(Struct):
     stakes: Stakes | None = None
     confidence: Unit | None = None
     project: ShortText | None = None
-    context: dict[str, Any] = {}  # noqa: RUF012 - a msgspec field: each instance gets a copy
+    context: FreeForm = {}  # noqa: RUF012 - a msgspec field: each instance gets a copy
 
 
 class CheckGuardrailsParams(Struct):

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
-
-from msgspec import Meta
-
 from app.guardrails.schemas import GuardrailHit
 from app.wire import (
+    AgentIn,
     CorrelationId,
+    FreeForm,
+    LongText,
     NonBlank,
     Outcome,
     ShortText,
@@ -19,22 +18,15 @@ from app.wire import (
 )
 
 
-class AgentIn(Struct):
-    """Informational only: the calling agent is always the one its token maps to."""
-
-    id: Annotated[str, Meta(max_length=256)] | None = None
-    url: Annotated[str, Meta(max_length=2048)] | None = None
-
-
 class AnnounceIntentParams(Struct):
     intent: NonBlank
-    context: Annotated[str, Meta(max_length=20_000)] | None = None
+    context: LongText | None = None
     category: ShortText | None = None
     stakes: Stakes = "medium"
     confidence: Unit | None = None
     agent: AgentIn | None = None
     correlation_id: CorrelationId | None = None
-    metadata: dict[str, Any] = {}  # noqa: RUF012 - a msgspec field: each instance gets a copy
+    metadata: FreeForm = {}  # noqa: RUF012 - a msgspec field: each instance gets a copy
     project: ShortText | None = None
 
 

@@ -9,6 +9,7 @@ from msgspec import Meta
 from app.wire import (
     Count,
     DecisionItem,
+    Moment,
     ReasonOut,
     ShortText,
     Stakes,
@@ -30,8 +31,8 @@ class QueryFiltersIn(Struct):
     status: Status | StatusList | None = None
     min_confidence: Unit | None = None
     max_confidence: Unit | None = None
-    date_after: str | None = None
-    date_before: str | None = None
+    date_after: Moment | None = None
+    date_before: Moment | None = None
     agent: ShortText | None = None
     tags: Annotated[list[Tag], Meta(max_length=50)] | None = None
     project: ShortText | None = None
