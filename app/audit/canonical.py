@@ -4,7 +4,8 @@ An audited row is one row of ``intents``, ``guardrail_evaluations``, ``decisions
 ``decision_reviews``, together with its child rows (an intent's matches, an evaluation's
 per-rule results, a decision's reasons and tags). Its canonical form is a JSON object:
 
-- one member per column of the table's fixed list below, named by the database column;
+- one member per column of the table's fixed list below, named by the database column, and
+  one per column a later format added (``Audited.later``) whose value is not NULL;
 - one member per child table, named by that table: an array of the child rows, each an object
   of the child's listed columns (not its own integer key, not the parent reference), ordered
   by the child's natural key (compared as values: numbers as numbers, strings by code point),
@@ -244,6 +245,10 @@ def document(
     """The canonical form of one row (column name -> value) and its child rows (child table
     name -> rows as column name -> value; a child table left out has no rows)."""
     out = _row(audited.table, audited.columns, values)
+    for c in audited.later:  # a member only when not NULL (app.audit.tables)
+        v = values.get(c)
+        if v is not None:
+            out[c] = value_of(v, audited.table.c[c].type)
     for child in audited.children:
         rows = [
             _row(child.table, child.columns, r) for r in (children or {}).get(child.table.name, ())

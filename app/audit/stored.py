@@ -46,6 +46,7 @@ from sqlalchemy import (
     Table,
     Text,
     cast,
+    inspect,
     select,
     type_coerce,
 )
@@ -158,10 +159,11 @@ def _fetch(
             return cast(c, Text).label(name)
         return type_coerce(c, NullType()).label(name)
 
-    # Only the listed columns: a column that a later migration adds may not exist yet when
-    # the migration that builds the chain runs.
+    # Only the listed columns, and the later ones the table has: a column that a later
+    # migration adds does not exist yet when the migration that builds the chain runs.
     table, key = audited.table, audited.table.c[audited.key]
-    listed = select(*(col(table, c) for c in audited.columns)).where(key.in_(keys))
+    wanted_columns = audited.columns + later_columns(conn, audited)
+    listed = select(*(col(table, c) for c in wanted_columns)).where(key.in_(keys))
     rows = {str(r[audited.key]): dict(r) for r in conn.execute(listed).mappings()}
     children: dict[str, dict[str, list[dict[str, Any]]]] = {r: {} for r in rows}
     for child in audited.children:
@@ -170,6 +172,14 @@ def _fetch(
         for r in conn.execute(wanted.where(parent.in_(keys))).mappings():
             children[str(r[child.parent])].setdefault(child.table.name, []).append(dict(r))
     return rows, children
+
+
+def later_columns(conn: Connection, audited: Audited) -> tuple[str, ...]:
+    """The columns of ``audited.later`` that the table has in this database."""
+    if not audited.later:
+        return ()
+    present = {c["name"] for c in inspect(conn).get_columns(audited.table.name)}
+    return tuple(c for c in audited.later if c in present)
 
 
 def load(conn: Connection, audited: Audited, row_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -190,7 +200,7 @@ def load_checked(
     unreadable: dict[str, str] = {}
     for r, values in rows.items():
         try:
-            read = row(values, audited.table, audited.columns)
+            read = row(values, audited.table, tuple(values))
             kids = {
                 child.table.name: [
                     row(k, child.table, child.columns)

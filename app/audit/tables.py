@@ -1,6 +1,6 @@
 """The audited tables, and what of each the canonical form covers (app.audit.canonical): the
 fixed column lists, the child tables and their natural keys, the order of chaining. A column
-added to a table later is covered only by a new ``FORMAT``."""
+added to a table later is covered only by a new ``FORMAT``, which lists it in ``later``."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from app.db.decisions import Decision, DecisionReason, DecisionReview, DecisionT
 from app.db.guardrails import GuardrailEvaluation, GuardrailRuleResult
 from app.db.intents import Intent, IntentMatch
 
-FORMAT = 1
-"""The canonical form's format: the column lists below. Any change to them is a new format."""
+FORMAT = 2
+"""The canonical form's format: the column lists below. Any change to them is a new format.
+Format 2 adds ``intents.search_degraded`` (revision 0011) as a ``later`` column."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,9 @@ class Audited:
     time: str  # the column that says when the row was created
     columns: tuple[str, ...]
     children: tuple[Child, ...] = ()
+    # Columns a later format added: each is a member of the form only when it is not NULL, so
+    # that the rows stored before it (NULL there) keep their digests.
+    later: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -73,6 +77,7 @@ INTENTS = Audited(
             ("rank",),
         ),
     ),
+    later=("search_degraded",),
 )
 EVALUATIONS = Audited(
     table_of(GuardrailEvaluation),

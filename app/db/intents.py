@@ -45,6 +45,9 @@ class Intent(Base):
     )
     similar_found: Mapped[int | None] = mapped_column(Integer)
     response: Mapped[str | None] = mapped_column(Text)
+    # True when the similar decisions came from keyword search alone, the vector index being
+    # unusable; NULL on failed calls and on rows stored before revision 0011.
+    search_degraded: Mapped[bool | None] = mapped_column(Boolean)
 
 
 class IntentMatch(Base):
@@ -54,5 +57,5 @@ class IntentMatch(Base):
     intent_id: Mapped[str] = mapped_column(ForeignKey("intents.id"), index=True)
     decision_id: Mapped[str] = mapped_column(ForeignKey("decisions.id"), index=True)
     rank: Mapped[int] = mapped_column(Integer)
-    distance: Mapped[float] = mapped_column(Float)
+    distance: Mapped[float | None] = mapped_column(Float)  # NULL: shown by a degraded search
     outcome: Mapped[str | None] = mapped_column(String(16))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.errors import CONFLICT, GUARDRAIL_EVAL_FAILED, QUERY_FAILED
+from app.errors import CONFLICT, GUARDRAIL_EVAL_FAILED
 from app.operations.registry import Operation, Registry
 
 from .failed import record_failure
@@ -26,7 +26,8 @@ def register(registry: Registry) -> None:
             "correlationId of your own (or keep the one returned) and give it to record_decision "
             "once you have decided.",
             on_failure=record_failure,
-            errors=(QUERY_FAILED, GUARDRAIL_EVAL_FAILED, CONFLICT),
+            # no QueryFailed: while the vector index is down it answers from keyword search
+            errors=(GUARDRAIL_EVAL_FAILED, CONFLICT),
             not_tool_arguments=("agent",),
             tool="announce_intent",
         )

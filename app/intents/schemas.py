@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from app.guardrails.schemas import GuardrailHit
 from app.wire import (
     AgentIn,
@@ -31,13 +33,16 @@ class AnnounceIntentParams(Struct):
 
 
 class SimilarDecision(Struct):
+    """A similar past decision; ``distance`` (cosine, 0 = same meaning) is absent only when the
+    search was degraded."""
+
     id: str
     title: str
     category: str
     confidence: float
     status: Status
     date: str
-    distance: float
+    distance: float | None = None
     outcome: Outcome | None = None
     notes: str | None = None
 
@@ -51,6 +56,10 @@ class GuardrailStatus(Struct):
 
 
 class AnnounceIntentResult(Struct):
+    """``degraded`` (true) and ``retrievalMode`` ("keyword") are there only when the vector
+    index could not be used: the similar decisions are then the keyword search's, without
+    distances; the guardrails' verdict is complete."""
+
     received: bool
     correlation_id: str
     received_at: str
@@ -58,3 +67,5 @@ class AnnounceIntentResult(Struct):
     guardrail_status: GuardrailStatus
     suggestions: list[str]
     responding_agent: str
+    retrieval_mode: Literal["keyword"] | None = None
+    degraded: bool = False

@@ -23,7 +23,7 @@ from app.guardrails.service import Request, evaluate_request
 from app.operations.context import CallContext
 from app.runtime import iso
 from app.search.filters import SearchFilters
-from app.search.service import Found, search
+from app.search.service import Found, similar
 
 from . import suggestions
 from .schemas import AnnounceIntentParams
@@ -64,8 +64,9 @@ def similar_item(found: Found) -> dict[str, Any]:
         "confidence": d.confidence,
         "status": d.status,
         "date": iso(d.created_at),
-        "distance": round(found.distance, 6),
     }
+    if found.distance is not None:  # None only in a degraded search
+        item["distance"] = round(found.distance, 6)
     if d.outcome is not None:
         item["outcome"] = d.outcome
     notes = notes_of(found)
@@ -133,21 +134,22 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
             return _replay(stored, fingerprint)
     received_at = runtime.now()
     query = f"{p.intent} {p.context or ''}".strip()
-    found = await search(ctx, query, SearchFilters(category=p.category), SIMILAR_LIMIT, tags=False)
+    searched = await similar(ctx, query, SearchFilters(category=p.category), SIMILAR_LIMIT)
+    found = searched.found
     staged = evaluate_request(
         ctx,
         Request(p.intent, p.category, p.stakes, p.confidence, p.project, p.metadata),
         source="announceIntent",
     )
     checked = staged.checked
-    similar = [similar_item(f) for f in found]
+    shown = [similar_item(f) for f in found]
     ev = checked.evaluation
     advice = [w.suggestion for w in ev.warnings]
     response = {
         "received": True,
         "correlationId": correlation_id,
         "receivedAt": iso(received_at),
-        "similarDecisions": similar,
+        "similarDecisions": shown,
         "guardrailStatus": {
             "allowed": ev.allowed,
             "violations": [v.as_dict() for v in ev.violations],
@@ -155,9 +157,12 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
             "evaluated": ev.evaluated,
             "evaluationId": checked.evaluation_id,
         },
-        "suggestions": suggestions.generate(similar, advice),
+        "suggestions": suggestions.generate(shown, advice),
         "respondingAgent": ctx.services.settings.agent_name,
     }
+    if searched.degraded:
+        response["retrievalMode"] = "keyword"
+        response["degraded"] = True
     encoded = _encoder.encode(response)
     intent_id = runtime.uuid()
     row = {
@@ -177,6 +182,7 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
         "allowed": ev.allowed,
         "evaluation_id": checked.evaluation_id,
         "similar_found": len(found),
+        "search_degraded": True if searched.degraded else None,
         "response": encoded.decode(),
         "error_code": None,
     }

@@ -20,7 +20,10 @@ counters, ``IndexUnavailable``) in ``app.search.types``, which this module re-ex
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import math
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -46,6 +49,8 @@ from app.search.types import Hit, IndexEntry, IndexStats, IndexUnavailable, unav
 __all__ = ["Hit", "IndexEntry", "IndexStats", "IndexUnavailable", "VectorIndex", "clean_metadata"]
 
 T = TypeVar("T")
+#: How often a failing index is pinged at most, from announceIntent's search (``recheck``).
+RECHECK_S = 1.0
 
 
 def clean_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
@@ -78,6 +83,9 @@ class VectorIndex:
             connect, collection, remote=remote, embedder=embedder, stats=self.stats
         )
         self._batcher = WriteBatcher(embedder, self._flush, self.stats)
+        self._failing = False  # the last call failed, and none has worked since
+        self._recheck: asyncio.Task[None] | None = None
+        self._rechecked_at = -math.inf
 
     @classmethod
     def embedded(cls, path: Path, embedder: Embedder, collection: str = "decisions") -> VectorIndex:
@@ -147,13 +155,40 @@ class VectorIndex:
 
         return await self._op(op)
 
-    async def _call(self, fn: Callable[[], T]) -> T:
-        """Run blocking work (Chroma, embedding) in a worker thread, counting failures."""
+    async def _call(self, fn: Callable[[], T], *, reaches_chroma: bool = True) -> T:
+        """Run blocking work (Chroma, embedding) in a worker thread, counting failures. A
+        failure makes the index ``failing``; work that ``reaches_chroma`` and succeeds clears
+        it (an embedding alone says nothing of Chroma)."""
         try:
-            return await asyncio.to_thread(fn)
+            result = await asyncio.to_thread(fn)
         except IndexUnavailable:
             self.stats.failures += 1
+            self._failing = True
             raise
+        if reaches_chroma:
+            self._failing = False
+        return result
+
+    @property
+    def failing(self) -> bool:
+        """Whether the last call to the index failed (and none has worked since)."""
+        return self._failing
+
+    def recheck(self) -> None:
+        """Ping the index in the background, when it is ``failing``: one ping at a time, and
+        at most one every RECHECK_S. A ping that works clears ``failing`` (as any call that
+        works does), so that a caller that skips a failing index (announceIntent's search)
+        uses it again once it is back."""
+        now = time.monotonic()
+        running = self._recheck is not None and not self._recheck.done()
+        if not self._failing or running or now - self._rechecked_at < RECHECK_S:
+            return
+        self._rechecked_at = now
+        self._recheck = asyncio.get_running_loop().create_task(self._ping_quietly())
+
+    async def _ping_quietly(self) -> None:
+        with contextlib.suppress(IndexUnavailable):  # still failing: the flag says so
+            await self.ping()
 
     async def _op(self, op: Callable[[Collection], T]) -> T:
         return await self._call(lambda: self._chroma.run(op))
@@ -213,7 +248,7 @@ class VectorIndex:
 
     async def embed_query(self, text: str) -> list[float]:
         """The query vector for ``text`` (computed in a worker thread)."""
-        return await self._call(lambda: self._embed_one(text))
+        return await self._call(lambda: self._embed_one(text), reaches_chroma=False)
 
     async def query(
         self, text: str, *, where: dict[str, Any] | None = None, limit: int = 10
@@ -326,6 +361,9 @@ class VectorIndex:
     async def aclose(self) -> None:
         """Let pending writes finish, then close."""
         await self._batcher.drain()
+        if self._recheck is not None:
+            self._recheck.cancel()
+            await asyncio.gather(self._recheck, return_exceptions=True)
         self.close()
 
     def close(self) -> None:

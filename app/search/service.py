@@ -8,6 +8,8 @@ pushed down into Chroma, so a top-k search never loses a match (see ``semantic.n
 Keyword: one SQL statement ranks the decisions that match and applies every filter
 (``app.search.keyword``). Hybrid: both sides' best candidates, merged by
 ``app.search.fusion``; the keyword statement runs while the query is embedded.
+announceIntent's search (``similar``) falls back to the keyword side alone, saying so, when
+the vector index cannot be used; queryDecisions answers -32003 then.
 """
 
 from __future__ import annotations
@@ -45,11 +47,21 @@ def default_mode(ctx: CallContext) -> Mode:
 
 @dataclass(frozen=True)
 class Found:
-    """A result with its cosine distance (announceIntent shows and records every one)."""
+    """A result with its cosine distance (announceIntent shows and records every one), None
+    only in a degraded search (``similar``)."""
 
     decision: repository.Brief
-    distance: float
+    distance: float | None
     score: float
+
+
+@dataclass(frozen=True)
+class Similar:
+    """announceIntent's similar decisions. ``degraded``: the vector index could not be used,
+    and these are the keyword side's best, without distances."""
+
+    found: list[Found]
+    degraded: bool = False
 
 
 def _as_tuple(value: str | Sequence[str] | None) -> tuple[str, ...] | None:
@@ -80,24 +92,40 @@ def to_filters(f: QueryFiltersIn | None, *, category: str | None = None) -> Sear
     )
 
 
-async def search(
-    ctx: CallContext,
-    text: str,
-    filters: SearchFilters,
-    limit: int,
-    *,
-    tags: bool = True,
-    reasons: bool = False,
-    mode: Mode | None = None,
-) -> list[Found]:
-    """The best ``limit`` decisions satisfying every filter, best first, each with its
-    cosine distance: one the keyword side alone found gets it from its stored vector (a
-    decision the vector index does not hold yet has none and is left out). -32003 if the
-    index fails."""
-    found = await find(
-        ctx, text, filters, limit, tags=tags, reasons=reasons, mode=mode, distances=True
+async def similar(ctx: CallContext, text: str, filters: SearchFilters, limit: int) -> Similar:
+    """announceIntent's search: the best ``limit`` decisions satisfying every filter, best
+    first, in the server's default mode, each with its cosine distance (one the keyword side
+    alone found gets it from its stored vector; a decision the vector index does not hold yet
+    has none and is left out). Without tags or reasons.
+
+    When the vector index cannot be used, the keyword side's best ``limit`` instead, without
+    distances, ``degraded``: the guardrails' verdict needs no vectors, and an agent that asks
+    before acting gets its answer during an outage too. While the index is ``failing`` (its
+    last call failed), the search does not try it: it asks the index to check itself in the
+    background and answers from the keyword side at once. An outage where each attempt
+    waits for a connect or request timeout then costs that wait to the announcement that
+    found the index failing, and to no other."""
+    index = ctx.services.index
+    if index.failing:
+        index.recheck()
+    else:
+        try:
+            found = await _find(
+                ctx, text, filters, limit, tags=False, reasons=False, mode=None, distances=True
+            )
+        except IndexUnavailable:
+            pass
+        else:
+            return Similar(
+                [Found(m.decision, m.distance, m.score) for m in found if m.distance is not None]
+            )
+    by_words = await ctx.services.db.read(
+        functools.partial(
+            _read_keyword, text=text, filters=filters, limit=limit, tags=False, reasons=False
+        ),
+        session=ctx.session,
     )
-    return [Found(m.decision, m.distance, m.score) for m in found if m.distance is not None]
+    return Similar([Found(m.decision, None, m.score) for m in by_words], degraded=True)
 
 
 async def find(
@@ -116,30 +144,47 @@ async def find(
     ``tags`` and ``reasons`` say whether the results need each decision's tags and reasons;
     ``distances`` whether every result needs its cosine distance. -32003 if the index fails
     (semantic and hybrid; keyword only when asked for distances)."""
-    mode = mode or default_mode(ctx)
     try:
-        if mode == "keyword":
-            found = await ctx.services.db.read(
-                functools.partial(
-                    _read_keyword,
-                    text=text,
-                    filters=filters,
-                    limit=limit,
-                    tags=tags,
-                    reasons=reasons,
-                ),
-                session=ctx.session,
-            )
-            if distances and found:
-                vector = await ctx.services.index.embed_query(text)
-                found = await _with_distances(ctx, vector, found)
-            return found
-        if mode == "semantic":
-            vector, hits = await semantic.probe(ctx, text, filters, limit)
-            return await semantic.nearest(ctx, vector, hits, filters, limit, tags, reasons)
-        return await _hybrid(ctx, text, filters, limit, tags, reasons, distances)
+        return await _find(
+            ctx, text, filters, limit, tags=tags, reasons=reasons, mode=mode, distances=distances
+        )
     except IndexUnavailable:
         raise query_failed() from None
+
+
+async def _find(
+    ctx: CallContext,
+    text: str,
+    filters: SearchFilters,
+    limit: int,
+    *,
+    tags: bool,
+    reasons: bool,
+    mode: Mode | None,
+    distances: bool,
+) -> list[Match]:
+    """``find``; raises IndexUnavailable."""
+    mode = mode or default_mode(ctx)
+    if mode == "keyword":
+        found = await ctx.services.db.read(
+            functools.partial(
+                _read_keyword,
+                text=text,
+                filters=filters,
+                limit=limit,
+                tags=tags,
+                reasons=reasons,
+            ),
+            session=ctx.session,
+        )
+        if distances and found:
+            vector = await ctx.services.index.embed_query(text)
+            found = await _with_distances(ctx, vector, found)
+        return found
+    if mode == "semantic":
+        vector, hits = await semantic.probe(ctx, text, filters, limit)
+        return await semantic.nearest(ctx, vector, hits, filters, limit, tags, reasons)
+    return await _hybrid(ctx, text, filters, limit, tags, reasons, distances)
 
 
 async def _with_distances(ctx: CallContext, vector: list[float], found: list[Match]) -> list[Match]:
