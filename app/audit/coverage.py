@@ -103,7 +103,9 @@ REVIEW_COPY = (
 
 def review_copies(conn: Connection) -> list[Problem]:
     """Decisions whose review columns are not those of their latest review (or, with no
-    review, not empty and ``pending``), compared as stored."""
+    review, not empty and ``pending``), compared as stored. The latest is the review with the
+    greatest id, as everywhere (app.decisions.repository, "which review is the latest"), never
+    the one with the latest ``reviewed_at``."""
     decisions, reviews = table_of(Decision), table_of(DecisionReview)
 
     def raw(column: Any, label: str) -> Any:

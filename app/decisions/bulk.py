@@ -6,6 +6,12 @@ transaction per batch, so neither the table nor a long-lived transaction is ever
 writes each file with the very functions the outbox's ``export`` handler uses, so the output
 is byte-identical to what the outbox wrote.
 
+Every file is made its row's, whatever it held (``repair``: a file that diverged from its row,
+edited by hand or left behind by an older server, is written again). A review committed while
+a batch is written could leave a file with the row as the batch read it, written after the
+review's own pass wrote the newer one; so after each batch its rows are read again and those a
+review changed are written again, as the outbox does (app.outbox.handlers).
+
 A decision that cannot be written as YAML (a value nested too deeply for the emitter, say: the
 API refuses such input now, but an older database may hold it) is reported by id with the
 reason and the export goes on; what fails writing (a full disk) stops it.
@@ -14,6 +20,7 @@ reason and the export goes on; what fails writing (a full disk) stops it.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,6 +32,7 @@ from . import repository
 from .export import render, write_decision
 
 if TYPE_CHECKING:
+    from app.db.engine import Database
     from app.services import Services
 
 Progress = Callable[[int, int], None]
@@ -55,8 +63,33 @@ def _write_batch(root: Path, decisions: Sequence[Decision]) -> list[tuple[str, s
                 raise
             failed.append((decision.id, failure.error))
             continue
-        write_decision(root, decision, content)
+        write_decision(root, decision, content, repair=True)
     return failed
+
+
+# Rounds of reading a batch's rows again; each one after the first means yet another review
+# was committed while the last was written.
+MAX_ROUNDS = 8
+
+
+async def _write_current(
+    db: Database, root: Path, decisions: Sequence[Decision]
+) -> list[tuple[str, str]]:
+    """Write the files of ``decisions``, then again those whose row a review changed while
+    they were written, until none has; returns ``_write_batch``'s failures."""
+    failed: list[tuple[str, str]] = []
+    todo = list(decisions)
+    for _ in range(MAX_ROUNDS):
+        newly = await asyncio.to_thread(_write_batch, root, todo)
+        failed += newly
+        bad = {decision_id for decision_id, _ in newly}
+        todo = [d for d in todo if d.id not in bad]
+        changed = await db.read(functools.partial(repository.changed_rows, decisions=todo))
+        if not changed:
+            return failed
+        async with db.transaction(write=False) as session:
+            todo = list((await repository.load_decisions(session, changed)).values())
+    raise RuntimeError("decisions kept changing while they were exported; run the export again")
 
 
 async def export_all(
@@ -86,7 +119,7 @@ async def export_all(
                 break
             loaded = await repository.load_decisions(session, ids)
         decisions = [loaded[i] for i in ids if i in loaded]  # a row deleted meanwhile is skipped
-        failed += await asyncio.to_thread(_write_batch, root, decisions)
+        failed += await _write_current(db, root, decisions)
         done += len(decisions)
         last_id = ids[-1]
         total = max(total, done)

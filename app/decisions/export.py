@@ -6,8 +6,16 @@ the same row, so exporting again changes nothing and diffs of the tree stay mean
 A file is never replaced by one rendered from an older version of its row. A decision changes
 only when it is reviewed, and two passes may export it at once (the review's own pass and the
 relay retrying an earlier review's event, say), each with the row as it read it; whichever
-renamed last would win. So the write compares ``reviewed_at``: a file whose review is later
-than the row's was written from a newer row, and stays.
+renamed last would win. The file carries no review id, but its ``reviewed_at`` stands in for
+one: a review is made under its decision's row lock, and its time is later than that of every
+review before it (app.decisions.reviews), so ``reviewed_at`` grows with the id, which is what
+makes a review the latest (app.decisions.repository, "which review is the latest"). So the
+write compares ``reviewed_at``: a file whose review is later than the row's was written from a
+newer row, and stays.
+
+A file that shows another review than its row's all the same (edited by hand, or left by a
+server that took review times before the lock) is written again by ``cstp export``
+(``repair``: app.decisions.bulk).
 """
 
 from __future__ import annotations
@@ -113,16 +121,17 @@ def _review_time(content: bytes) -> datetime | None:
     return stored if stored.tzinfo is not None else stored.replace(tzinfo=UTC)  # as the rows
 
 
-def write_decision(root: Path, decision: Decision, content: bytes) -> bool:
+def write_decision(root: Path, decision: Decision, content: bytes, *, repair: bool = False) -> bool:
     """Write ``content`` (rendered from ``decision``) as its file; False when the file already
-    holds it, or holds a later review than ``decision`` has (see the module docstring)."""
+    holds it, or holds a later review than ``decision`` has (see the module docstring) and
+    this is no ``repair``."""
     path = target_path(root, decision)
     with _WRITE_LOCK:
         try:
             current = path.read_bytes()
         except FileNotFoundError:
             current = None
-        if current is not None and current != content:
+        if current is not None and current != content and not repair:
             stored = _review_time(current)
             if stored is not None and (
                 decision.reviewed_at is None or stored > decision.reviewed_at

@@ -127,6 +127,44 @@ async def load_one(session: AsyncSession, decision_id: str) -> Decision:
     return found[decision_id]
 
 
+async def lock_one(session: AsyncSession, decision_id: str) -> Decision:
+    """One row as ``load_one`` loads it, locked until the transaction ends (``FOR UPDATE`` on
+    Postgres, which waits for a transaction that holds it and then reads the row as that one
+    committed it; SQLite's write transactions hold the database's only write lock already).
+    -32007 when there is none."""
+    row = await session.scalar(
+        select(Decision)
+        .where(Decision.id == decision_id)
+        .with_for_update(of=Decision)
+        .options(selectinload(Decision.tags), selectinload(Decision.reasons))
+        .execution_options(populate_existing=True)
+    )
+    if row is None:
+        raise decision_not_found(decision_id)
+    return row
+
+
+async def load_with_reviews(
+    session: AsyncSession, decision_id: str
+) -> tuple[Decision, list[DecisionReview]]:
+    """One row as ``load_one`` loads it, and its reviews oldest first: by id, the latest last
+    (see "which review is the latest" below). Both are read by one statement, so they are one
+    snapshot even under Postgres' READ COMMITTED, where each statement sees what was committed
+    before it: a review committed between two statements would otherwise be in the history and
+    not yet in the row. -32007 when there is none."""
+    result = await session.execute(
+        select(Decision, DecisionReview)
+        .outerjoin(DecisionReview, DecisionReview.decision_id == Decision.id)
+        .where(Decision.id == decision_id)
+        .order_by(DecisionReview.id)
+        .options(selectinload(Decision.tags), selectinload(Decision.reasons))
+    )
+    rows = result.all()
+    if not rows:
+        raise decision_not_found(decision_id)
+    return rows[0][0], [review for _, review in rows if review is not None]
+
+
 async def stored_ids(session: AsyncSession, ids: Sequence[str]) -> set[str]:
     """Which of ``ids`` are stored."""
     return set(await session.scalars(select(Decision.id).where(Decision.id.in_(ids))))
@@ -282,7 +320,10 @@ def add_review(
     reviewed_by: str,
     reviewed_at: datetime,
 ) -> None:
-    """INSERT a review into the decision's history and UPDATE the decision to show it."""
+    """INSERT a review into the decision's history and UPDATE the decision to show it. The
+    caller holds the decision's row lock (``lock_one``) and took ``reviewed_at`` after it,
+    later than every earlier review's: then this review is the latest, by id and by time (see
+    "which review is the latest")."""
     review = DecisionReview(
         decision_id=decision.id,
         outcome=outcome,
@@ -305,10 +346,56 @@ def add_review(
     decision.affected_kpis = affected_kpis
 
 
-async def review_rows(session: AsyncSession, decision_id: str) -> ScalarResult[DecisionReview]:
-    """The decision's reviews, oldest first."""
-    return await session.scalars(
-        select(DecisionReview)
-        .where(DecisionReview.decision_id == decision_id)
-        .order_by(DecisionReview.reviewed_at, DecisionReview.id)
+# --- which review is the latest --------------------------------------------------------------
+#
+# A decision's latest review is the one with the greatest id: reviews are made one at a time
+# under the decision's row lock (``lock_one``), and each takes its id from the sequence (on
+# SQLite, the greatest rowid plus one) while it holds the lock, so ids follow the order the
+# reviews were made and committed in. The decision row copies the latest review (it is written
+# in the same transaction, under the same lock), getDecision's ``reviews`` end with it, and
+# ``cstp audit verify`` compares the row with it (app.audit.coverage). ``reviewed_at`` is read
+# from the clock after the lock and kept later than every earlier review's
+# (app.decisions.reviews), so it grows with the id as well; a YAML file, which has no review
+# id, is compared by it (app.decisions.export). Nothing orders reviews by it.
+
+# The columns a review writes into the decision row: the whole of what a review changes, so
+# two reads that find them equal found the same version of the row.
+REVIEW_STATE = (
+    Decision.status,
+    Decision.outcome,
+    Decision.reviewed_at,
+    Decision.reviewed_by,
+    Decision.actual_result,
+    Decision.lessons,
+    Decision.review_notes,
+    Decision.affected_kpis,
+)
+_REVIEW_STATES = select(Decision.id, *REVIEW_STATE).where(
+    Decision.id.in_(bindparam("ids", expanding=True))
+)
+
+
+async def last_review_time(session: AsyncSession, decision_id: str) -> datetime | None:
+    """The latest ``reviewed_at`` among the decision's reviews; None before any."""
+    return await session.scalar(
+        select(func.max(DecisionReview.reviewed_at)).where(
+            DecisionReview.decision_id == decision_id
+        )
     )
+
+
+def review_state(decision: Decision) -> tuple[Any, ...]:
+    """The values of ``REVIEW_STATE`` that ``decision`` holds."""
+    return tuple(getattr(decision, column.key) for column in REVIEW_STATE)
+
+
+def changed_rows(conn: Connection, decisions: Sequence[Decision]) -> list[str]:
+    """The ids of ``decisions`` whose row in the database is no longer the version given: a
+    review committed since (or the row is gone)."""
+    if not decisions:
+        return []
+    stored = {
+        row[0]: tuple(row[1:])
+        for row in conn.execute(_REVIEW_STATES, {"ids": [d.id for d in decisions]})
+    }
+    return [d.id for d in decisions if stored.get(d.id) != review_state(d)]

@@ -1,15 +1,25 @@
 """cstp.reviewDecision: every review is kept; the decision row shows the latest.
 
+The latest is the review with the greatest id (app.decisions.repository, "which review is the
+latest"): a review locks the decision's row first and reads the clock after the lock, so
+concurrent reviews of one decision, in any number of server processes, are made one after the
+other, each copied into the row over the one before it. Its time is kept later than every
+earlier review's: a clock that reads earlier (set back, or another process's clock behind this
+one's) gives the time just after the last review's instead, so ``reviewed_at`` follows the
+same order as the ids and can stand in for them where a review id is not at hand (the YAML
+file: app.decisions.export).
+
 The refreshed YAML file and index entry go through the outbox, built by the same document
 functions as at record time, so no field is dropped and the outcome becomes filterable.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import timedelta
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
+from app.db.decisions import DecisionReview
 from app.db.outbox import EventKind
 from app.operations.context import CallContext
 from app.runtime import iso
@@ -17,10 +27,15 @@ from app.runtime import iso
 from . import document, repository
 from .schemas import ReviewDecisionParams
 
+AFTER = timedelta(microseconds=1)  # the step both databases store a time to
+
 
 async def review(ctx: CallContext, p: ReviewDecisionParams) -> dict[str, Any]:
-    decision = await repository.load_one(ctx.session, p.id)
-    now = ctx.services.runtime.now()
+    decision = await repository.lock_one(ctx.session, p.id)
+    now = ctx.services.runtime.now()  # after the lock: the reviews' times follow their order
+    last = await repository.last_review_time(ctx.session, decision.id)
+    if last is not None and now <= last:
+        now = last + AFTER
     repository.add_review(
         ctx.session,
         decision,
@@ -53,8 +68,9 @@ async def review(ctx: CallContext, p: ReviewDecisionParams) -> dict[str, Any]:
     return result
 
 
-async def review_history(session: AsyncSession, decision_id: str) -> list[dict[str, Any]]:
-    """The decision's reviews, oldest first, as getDecision answers them."""
+def review_history(rows: Iterable[DecisionReview]) -> list[dict[str, Any]]:
+    """A decision's reviews (``repository.load_with_reviews``: the latest last), as
+    getDecision answers them."""
     return [
         {
             "outcome": r.outcome,
@@ -65,5 +81,5 @@ async def review_history(session: AsyncSession, decision_id: str) -> list[dict[s
             "reviewedBy": r.reviewed_by,
             "reviewedAt": iso(r.reviewed_at),
         }
-        for r in await repository.review_rows(session, decision_id)
+        for r in rows
     ]

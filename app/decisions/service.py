@@ -130,9 +130,8 @@ async def record(ctx: CallContext, p: RecordDecisionParams) -> RecordDecisionRes
 
 
 async def get(ctx: CallContext, p: GetDecisionParams) -> dict[str, Any]:
-    decision = await repository.load_one(ctx.session, p.id)
-    reviews = await review_history(ctx.session, p.id)
-    return {"found": True, "decision": document.wire(decision, reviews=reviews)}
+    decision, reviews = await repository.load_with_reviews(ctx.session, p.id)
+    return {"found": True, "decision": document.wire(decision, reviews=review_history(reviews))}
 
 
 async def list_decisions(ctx: CallContext, p: ListDecisionsParams) -> dict[str, Any]:

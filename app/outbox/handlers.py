@@ -3,11 +3,23 @@ vector index entry. Both are idempotent and both build from app.decisions.docume
 
 Each builds its document from the row first, then delivers it; a failure is classified by
 app.outbox.failures (building: permanent, delivering: transient when a dependency was
-unreachable), which decides what becomes of the event."""
+unreachable), which decides what becomes of the event.
+
+A pass holds the rows as it read them (or as the call that wrote them committed them), and a
+review may be committed while it delivers them. A file is never replaced by an older row's
+(app.decisions.export compares review times, which grow with the reviews' order), but an index
+entry has nothing to compare: a pass with the older row could replace the entry that the
+review's own pass upserted. So once the events are delivered, their rows are read again, and
+the events of those a review has changed since are delivered again with the newer row
+(``_catch_up``): the last upsert is then always of the latest version. The one exception is a
+row with no review handed in by its caller, recordDecision's just-committed rows: nobody can
+review a decision before the call that records it answers with its id, which it does after
+this pass, so that path makes no second read."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,7 +28,7 @@ from app.db.decisions import Decision
 from app.db.outbox import EventKind
 from app.decisions.document import index_entry
 from app.decisions.export import render, write_decision
-from app.decisions.repository import load_decisions
+from app.decisions.repository import changed_rows, load_decisions
 from app.search.types import IndexEntry
 
 from .events import Event, Results
@@ -61,6 +73,12 @@ def _export_all(root: Path, work: list[tuple[int, Decision]]) -> Results:
     return {event_id: _export_one(root, decision) for event_id, decision in work}
 
 
+# Rounds of reading the rows again before a pass leaves the rest to a later one: each round
+# after the first means that yet another review was committed while the last was delivered.
+MAX_CATCH_UP = 8
+KEPT_CHANGING = Failure(FailureKind.TRANSIENT, "the decision kept changing while it was delivered")
+
+
 async def run_events(
     relay: BackgroundRelay, events: list[Event], known: dict[str, Decision] | None = None
 ) -> Results:
@@ -76,6 +94,14 @@ async def run_events(
         except Exception as exc:
             failure = _logged(classify(exc), "reading the events' decisions", exc)
             return {e.id: failure for e in events}
+    results = await _deliver(relay, events, decisions)
+    await _catch_up(relay, events, decisions, results, set(known or ()))
+    return results
+
+
+async def _deliver(
+    relay: BackgroundRelay, events: list[Event], decisions: dict[str, Decision]
+) -> Results:
     results: Results = {}
     exports: list[tuple[int, Decision]] = []
     indexed: list[tuple[int, Decision]] = []
@@ -97,6 +123,57 @@ async def run_events(
     for partial in await asyncio.gather(*jobs):
         results.update(partial)
     return results
+
+
+async def _catch_up(
+    relay: BackgroundRelay,
+    events: list[Event],
+    decisions: dict[str, Decision],
+    results: Results,
+    known: set[str],
+) -> None:
+    """Deliver again, with the row as it is now, the delivered events whose row a review
+    changed during the delivery (see the module docstring); updates ``results``. ``known``:
+    the ids of the rows the caller handed in."""
+
+    def to_check(ran: list[Event]) -> list[Event]:
+        return [
+            e
+            for e in ran
+            if results.get(e.id) is None
+            and (row := decisions.get(e.decision_id)) is not None
+            and (row.outcome is not None or e.decision_id not in known)
+        ]
+
+    todo = to_check(events)
+    for _ in range(MAX_CATCH_UP):
+        if not todo:
+            return
+        rows = list({e.decision_id: decisions[e.decision_id] for e in todo}.values())
+        try:
+            changed = set(await relay.db.read(functools.partial(changed_rows, decisions=rows)))
+            newer: dict[str, Decision] = {}
+            if changed:
+                async with relay.db.transaction(write=False) as session:
+                    newer = await load_decisions(session, sorted(changed))
+        except Exception as exc:
+            failure = _logged(classify(exc), "reading the events' decisions again", exc)
+            results.update(dict.fromkeys((e.id for e in todo), failure))
+            return
+        known -= changed
+        for decision_id in changed:  # a row gone meanwhile makes its events ROW_GONE
+            if decision_id in newer:
+                decisions[decision_id] = newer[decision_id]
+            else:
+                del decisions[decision_id]
+        again = [e for e in todo if e.decision_id in changed]
+        results.update(await _deliver(relay, again, decisions))
+        todo = to_check(again)
+    if todo:
+        log.warning(
+            "%d outbox event(s) left to a later pass: their decision kept changing", len(todo)
+        )
+        results.update(dict.fromkeys((e.id for e in todo), KEPT_CHANGING))
 
 
 async def _index_all(relay: BackgroundRelay, work: list[tuple[int, Decision]]) -> Results:

@@ -120,3 +120,15 @@ def test_a_hand_written_review_time_without_a_zone_is_taken_as_utc(tmp_path: Pat
         assert path.read_bytes() == later
     path.write_bytes(b"reviewed_at: '2026-12-31T11:00:00'\n")  # earlier than the row's
     assert write_decision(tmp_path, row, render(row)) is True
+
+
+def test_a_repair_makes_the_file_its_rows_whatever_review_it_shows(tmp_path: Path) -> None:
+    """``cstp export`` writes the row's file over one that shows a later review than the row
+    has (a file that diverged from its row), or shows a review on a row that has none."""
+    later = reviewed(datetime(2027, 1, 30, tzinfo=UTC), "failure")
+    for row in (reviewed(datetime(2026, 12, 31, tzinfo=UTC), "success"), reviewed(None, "")):
+        path = export_decision(tmp_path, later)
+        assert write_decision(tmp_path, row, render(row)) is False
+        assert write_decision(tmp_path, row, render(row), repair=True) is True
+        assert path.read_bytes() == render(row)
+        assert write_decision(tmp_path, row, render(row), repair=True) is False
