@@ -13,7 +13,7 @@ from typing import Any
 from app.db.decisions import Decision, DecisionReason, DecisionTag
 from app.errors import GUARDRAIL_EVAL_FAILED, CstpError, invalid_params
 from app.guardrails.service import Request, Staged, evaluate_request
-from app.intents.service import intent_for_decision
+from app.intents.repository import intent_for_decision
 from app.operations.context import CallContext
 from app.runtime import iso
 

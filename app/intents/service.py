@@ -7,17 +7,14 @@ and checkGuardrails; nothing is computed twice here.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-from sqlalchemy import Connection, Row, bindparam, select
 
 from app.audit.canonical import covered
-from app.db.intents import Intent
 from app.errors import CONFLICT, CstpError, storage_error
 from app.guardrails.service import Request, evaluate_request
 from app.operations.context import CallContext
@@ -25,9 +22,12 @@ from app.runtime import iso
 from app.search.filters import SearchFilters
 from app.search.service import Found, similar
 
-from . import suggestions
+from . import repository, suggestions
 from .schemas import AnnounceIntentParams
 from .writer import Announcement, write_rows
+
+if TYPE_CHECKING:
+    from .repository import StoredIntent
 
 log = logging.getLogger("cstp.intents")
 
@@ -75,44 +75,6 @@ def similar_item(found: Found) -> dict[str, Any]:
     return item
 
 
-# Built once: building a statement costs more than running this one (an indexed lookup).
-_STORED = select(
-    Intent.id,
-    Intent.correlation_id,
-    Intent.request_hash,
-    Intent.response,
-    Intent.similar_found,
-    Intent.allowed,
-).where(
-    Intent.agent == bindparam("agent"),
-    Intent.correlation_id == bindparam("cid"),
-    Intent.outcome == "ok",
-)
-
-
-if TYPE_CHECKING:
-    # A row of _STORED. Only an annotation: SQLAlchemy 2.0's Row takes one type argument.
-    StoredIntent = Row[str, str, str | None, str | None, int | None, bool | None]
-
-
-def _read_stored(conn: Connection, *, agent: str, correlation_id: str) -> StoredIntent | None:
-    return conn.execute(_STORED, {"agent": agent, "cid": correlation_id}).first()
-
-
-async def _stored(
-    ctx: CallContext, correlation_id: str, *, in_call: bool = True
-) -> StoredIntent | None:
-    """This agent's successful announcement with ``correlation_id``, if any (one indexed read).
-
-    Read by ``Database.read``: on SQLite on a read connection, so announceIntent does not take
-    the write lock before its search; on Postgres in the call's own transaction, or with
-    ``in_call=False`` in a short one of its own, for a caller that goes on to wait for other
-    transactions (recordDecision waits for the group writer, which needs a connection of
-    the same pool)."""
-    work = functools.partial(_read_stored, agent=ctx.agent, correlation_id=correlation_id)
-    return await ctx.services.db.read(work, session=ctx.session if in_call else None)
-
-
 def _replay(stored: StoredIntent, fingerprint: str) -> msgspec.Raw:
     if stored.request_hash != fingerprint or stored.response is None:
         raise CstpError(
@@ -129,7 +91,7 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
     correlation_id = p.correlation_id or runtime.uuid()
     fingerprint = request_hash(p)
     if p.correlation_id is not None:
-        stored = await _stored(ctx, correlation_id)
+        stored = await repository.stored(ctx, correlation_id)
         if stored is not None:
             return _replay(stored, fingerprint)
     received_at = runtime.now()
@@ -215,16 +177,9 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
         (written,) = await write_rows(ctx.session, [announcement])
     if not written:
         # A concurrent retry with the same correlationId committed first: answer as it did.
-        stored = await _stored(ctx, correlation_id)
+        stored = await repository.stored(ctx, correlation_id)
         if stored is None:  # refused for another reason: a bug or a damaged database
             log.error("an announcement's intent row was refused, and not for its correlationId")
             raise storage_error()
         return _replay(stored, fingerprint)
     return msgspec.Raw(encoded)
-
-
-async def intent_for_decision(ctx: CallContext, correlation_id: str) -> StoredIntent | None:
-    """The successful announcement of this agent with ``correlation_id``, if any: its
-    ``id``, ``similar_found`` and ``allowed``. Read in a transaction of its own, which ends
-    before the decision's rows are handed to the group writer."""
-    return await _stored(ctx, correlation_id, in_call=False)

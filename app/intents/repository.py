@@ -1,0 +1,98 @@
+"""The SQL of the intents context: the reads and writes of the ``intents`` and
+``intent_matches`` tables.
+
+The one read here so far is an agent's successful announcement by its correlationId, which
+both announceIntent (to replay an announcement) and recordDecision (to link the decision to
+its intent) make. recordDecision reads it here, not through app.intents.service, so that the
+decisions context does not depend on announceIntent and, through it, on the search.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, Row, bindparam, insert, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.base import table_of
+from app.db.intents import Intent, IntentMatch
+from app.operations.context import CallContext
+
+# Built once: building a statement costs more than running this one (an indexed lookup).
+_STORED = select(
+    Intent.id,
+    Intent.correlation_id,
+    Intent.request_hash,
+    Intent.response,
+    Intent.similar_found,
+    Intent.allowed,
+).where(
+    Intent.agent == bindparam("agent"),
+    Intent.correlation_id == bindparam("cid"),
+    Intent.outcome == "ok",
+)
+
+
+if TYPE_CHECKING:
+    # A row of _STORED. Only an annotation: SQLAlchemy 2.0's Row takes one type argument.
+    StoredIntent = Row[str, str, str | None, str | None, int | None, bool | None]
+
+
+def _read_stored(conn: Connection, *, agent: str, correlation_id: str) -> StoredIntent | None:
+    return conn.execute(_STORED, {"agent": agent, "cid": correlation_id}).first()
+
+
+async def stored(
+    ctx: CallContext, correlation_id: str, *, in_call: bool = True
+) -> StoredIntent | None:
+    """This agent's successful announcement with ``correlation_id``, if any (one indexed read).
+
+    Read by ``Database.read``: on SQLite on a read connection, so announceIntent does not take
+    the write lock before its search; on Postgres in the call's own transaction, or with
+    ``in_call=False`` in a short one of its own, for a caller that goes on to wait for other
+    transactions (recordDecision waits for the group writer, which needs a connection of
+    the same pool)."""
+    work = functools.partial(_read_stored, agent=ctx.agent, correlation_id=correlation_id)
+    return await ctx.services.db.read(work, session=ctx.session if in_call else None)
+
+
+async def intent_for_decision(ctx: CallContext, correlation_id: str) -> StoredIntent | None:
+    """The successful announcement of this agent with ``correlation_id``, if any: its
+    ``id``, ``similar_found`` and ``allowed``. Read in a transaction of its own, which ends
+    before the decision's rows are handed to the group writer."""
+    return await stored(ctx, correlation_id, in_call=False)
+
+
+# --- the writes: an announcement's rows, and the row of a refused one ---------------------
+
+_INSERT_INTENTS = insert(table_of(Intent))
+_INSERT_MATCHES = insert(table_of(IntentMatch))
+
+
+async def insert_intents(session: AsyncSession, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert ``intents`` rows (one prepared INSERT, the rows as its parameters)."""
+    await session.execute(_INSERT_INTENTS, rows)
+
+
+async def insert_intent_unless_taken(session: AsyncSession, row: dict[str, Any]) -> bool:
+    """Insert one ``intents`` row under a savepoint: False, with nothing written, when its
+    correlation id is already taken by this agent's successful announcement."""
+    try:
+        async with session.begin_nested():
+            await session.execute(_INSERT_INTENTS, [row])
+    except IntegrityError:
+        return False
+    return True
+
+
+async def insert_matches(session: AsyncSession, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert ``intent_matches`` rows."""
+    await session.execute(_INSERT_MATCHES, rows)
+
+
+def add_refused(session: AsyncSession, intent: Intent) -> None:
+    """Add the row of an announcement that ended in an error (written at commit)."""
+    session.add(intent)
