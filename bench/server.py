@@ -36,9 +36,11 @@ class BenchError(RuntimeError):
 
 
 def is_working_tree(path: Path) -> bool:
-    """Whether ``path`` holds this project's server (``app/cli.py``), e.g. a ``git worktree
-    add`` of another commit, for the tools that run two versions side by side."""
-    return (path / "app" / "cli.py").is_file()
+    """Whether ``path`` holds this project's server (``app/cli/``, or ``app/cli.py`` in older
+    commits), e.g. a ``git worktree add`` of another commit, for the tools that run two
+    versions side by side."""
+    app = path / "app"
+    return (app / "cli" / "__init__.py").is_file() or (app / "cli.py").is_file()
 
 
 def free_port() -> int:

@@ -25,11 +25,12 @@ PROCESSES = 4
 # processes that wait for one agreed moment, so that none has a head start.
 ENSURE_AT = """
 import sys, time
-from app.cli_support import ensure_schema, run_async
+from app.cli.runner import run
+from app.cli.schema import ensure_schema
 start = float(sys.argv[2])
 while time.time() < start:  # a start at one agreed moment (a barrier across processes),
     time.sleep(0.001)  # not a wait for a condition: the processes share nothing else
-run_async(lambda: ensure_schema(sys.argv[1], upgrade_older=True))
+run(lambda: ensure_schema(sys.argv[1], upgrade_older=True))
 """
 
 

@@ -3,8 +3,8 @@ the one line an RPC error becomes (the commands against a server: integration/te
 
 from __future__ import annotations
 
-from app.client.options import parse_pairs
-from app.client.transport import endpoint, rpc_error_line
+from app.cli.client.options import parse_pairs
+from app.cli.client.transport import endpoint, rpc_error_line
 
 
 def test_helpers() -> None:

@@ -9,7 +9,7 @@ import json
 import click
 from click.testing import CliRunner
 
-from app.client.render import echo, json_text, kv, one_line, table, visible
+from app.cli.client.render import echo, json_text, kv, one_line, table, visible
 
 HOSTILE = "a\x1b[2Jb\x1b]52;c;eA==\x07c\x9b1md\x7fe\u202ef\u2066g\u2028h\x00"
 

@@ -8,17 +8,9 @@ from typing import Any
 
 import click
 
-from .cli_support import (
-    Failure,
-    SchemaState,
-    ensure_schema,
-    known_revisions,
-    load_settings,
-    redact,
-    run_async,
-    schema_problem,
-    schema_state,
-)
+from .failures import Failure, redact
+from .runner import load_settings, run
+from .schema import SchemaState, ensure_schema, known_revisions, schema_problem, schema_state
 
 
 @click.group()
@@ -31,7 +23,7 @@ async def _migrate(
 ) -> str | None:
     """Run ``action`` (an upgrade or a downgrade) unless the database, in ``state``, is not
     one this version can migrate (``schema_problem``); returns its revision after."""
-    from .db import migrate
+    from ..db import migrate
 
     problem = schema_problem(url, state)
     if problem:
@@ -44,21 +36,21 @@ async def _migrate(
 @click.argument("revision", default="head")
 def db_upgrade(revision: str) -> None:
     """Upgrade the database to REVISION (default: head); creates a new one."""
-    from .db import migrate
+    from ..db import migrate
 
     url = load_settings().database_url
 
     async def go() -> str | None:
         return await _migrate(url, await schema_state(url), lambda: migrate.upgrade(url, revision))
 
-    click.echo(f"at {run_async(go) or 'base (no revision)'}")
+    click.echo(f"at {run(go) or 'base (no revision)'}")
 
 
 @db.command("downgrade")
 @click.argument("revision")
 def db_downgrade(revision: str) -> None:
     """Downgrade the database to REVISION ('base' removes every table)."""
-    from .db import migrate
+    from ..db import migrate
 
     url = load_settings().database_url
 
@@ -70,15 +62,15 @@ def db_downgrade(revision: str) -> None:
             return None
         return await _migrate(url, state, lambda: migrate.downgrade(url, revision))
 
-    click.echo(f"at {run_async(go) or 'base (no revision)'}")
+    click.echo(f"at {run(go) or 'base (no revision)'}")
 
 
 @db.command("current")
 def db_current() -> None:
     """Show the database's revision and the newest one (creates nothing)."""
-    from .db import migrate
+    from ..db import migrate
 
-    state = run_async(lambda: schema_state(load_settings().database_url))
+    state = run(lambda: schema_state(load_settings().database_url))
     current = state.revision or "none"
     if state.revision is not None and state.revision not in known_revisions():
         current += " (unknown to this version: a newer cstp migrated the database)"
@@ -88,7 +80,7 @@ def db_current() -> None:
 @db.command("check")
 def db_check() -> None:
     """Fail when the models and the migrated schema differ."""
-    from .db import migrate
+    from ..db import migrate
 
     url = load_settings().database_url
 
@@ -96,9 +88,9 @@ def db_check() -> None:
         await ensure_schema(url, migrate_empty=False)
         return await migrate.drift(url)
 
-    diffs = run_async(check)
+    diffs = run(check)
     if diffs:
         for diff in diffs:
             click.echo(f"drift: {diff}", err=True)
-        raise click.ClickException(f"{len(diffs)} difference(s) between models and schema")
+        raise Failure(f"{len(diffs)} difference(s) between models and schema")
     click.echo("models and schema agree")

@@ -5,16 +5,14 @@ snapshot of the configured database. Registered on ``cstp`` by app.cli."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
-from .cli_support import Failure, ensure_schema, load_settings, run_async
 from .client.render import echo, echo_lines
-
-T = TypeVar("T")
+from .failures import Failure
+from .runner import load_settings, read_snapshot
 
 
 class _CannotReplay(click.ClickException):
@@ -22,20 +20,6 @@ class _CannotReplay(click.ClickException):
     script tells it from a verdict that differs (1)."""
 
     exit_code = 2
-
-
-def _audited_read(work: Callable[[Any], T]) -> T:
-    """``work(connection)`` in one read-only snapshot of the configured database, which must
-    be at the newest revision (a live server's database is fine)."""
-    from .audit.snapshot import read
-
-    url = load_settings().database_url
-
-    async def go() -> T:
-        await ensure_schema(url, migrate_empty=False)
-        return await read(url, work)
-
-    return run_async(go)
 
 
 @click.group()
@@ -53,11 +37,11 @@ def audit_checkpoint(out: Path | None) -> None:
     """The chain's head now: sequence, hash, time and a MAC over them (an HMAC under
     CSTP_AUDIT_KEY, a plain SHA-256 without a key). Verify against it later with
     `cstp audit verify --checkpoint FILE`: a chain cut below it is then caught."""
-    from .audit.checkpoints import take_checkpoint
-    from .runtime import utc_now
+    from ..audit.checkpoints import take_checkpoint
+    from ..runtime import utc_now
 
     key = load_settings().audit_key
-    point = _audited_read(lambda conn: take_checkpoint(conn, key, utc_now()))
+    point = read_snapshot(lambda conn: take_checkpoint(conn, key, utc_now()))
     if out is None:
         click.echo(point.as_json())
         return
@@ -85,8 +69,8 @@ def audit_verify(checkpoint_files: tuple[Path, ...], start: int) -> None:
     """Recompute every entry's digest and link, and check that every audited row has an
     entry. Prints each problem with its sequence number, table and row id; exits 0 only
     when everything holds."""
-    from .audit.checkpoints import read_checkpoint
-    from .audit.verify import verify
+    from ..audit.checkpoints import read_checkpoint
+    from ..audit.verify import verify
 
     key = load_settings().audit_key
     points = []
@@ -110,7 +94,7 @@ def audit_verify(checkpoint_files: tuple[Path, ...], start: int) -> None:
 
             return verify(conn, key, start=start, checkpoints=points, progress=progress)
 
-    report = _audited_read(work)
+    report = read_snapshot(work)
     for problem in report.problems:
         echo(problem.line())  # it names stored rows: no control character raw
     keyed = "HMAC-SHA256" if key is not None else "SHA-256, no key"
@@ -126,8 +110,8 @@ def audit_verify(checkpoint_files: tuple[Path, ...], start: int) -> None:
 def guardrails_replay(evaluation_id: str) -> None:
     """Evaluate a stored guardrail evaluation again with the rule set it used, and say
     whether the verdict is the same (exit 0), different (1), or cannot be replayed (2)."""
-    from .guardrails.replay import CannotReplay, replay
-    from .runtime import iso
+    from ..guardrails.replay import CannotReplay, replay
+    from ..runtime import iso
 
     def work(conn: Any) -> Any:
         try:
@@ -135,7 +119,7 @@ def guardrails_replay(evaluation_id: str) -> None:
         except CannotReplay as exc:
             raise _CannotReplay(str(exc)) from None
 
-    result = _audited_read(work)
+    result = read_snapshot(work)
     ev, rules = result.evaluation, result.rule_set
     evaluated, violations, warnings = result.counts
     echo_lines(  # stored text (agent, rule names): no control character raw
