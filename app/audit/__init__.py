@@ -3,4 +3,6 @@
 - ``canonical``: what an entry's digest is the digest of (a row's canonical form).
 - ``chain``: appending entries in the transaction of the rows they cover, serialized.
 - ``verify``: recomputing digests and links, checkpoints.
+- ``repository``: their SQL: the chain's own table (``entries``) and the audited rows
+  (``rows``).
 """

@@ -40,23 +40,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, event, insert, select, text
+from sqlalchemy import Connection, Engine, event
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
 
-from app.db.audit import AuditEntry
-from app.db.base import Base, table_of
+from app.db.base import Base
 from app.db.sqlite_driver import OneHopConnection
 
 from .canonical import Covered, covered_object, encode
+from .repository import entries as store
+from .repository.entries import CHAIN as CHAIN
+from .repository.entries import GENESIS as GENESIS
+from .repository.entries import HEAD_FUNCTION as HEAD_FUNCTION
 
-GENESIS = "0" * 64
-"""The ``prev_hash`` of the first entry."""
 LOCK_KEY = 0x6373747061756474  # "cstpaudt": the advisory lock that serializes appends
-HEAD_FUNCTION = "cstp_audit_head"
 PENDING = "cstp.audit.pending"
-
-CHAIN = table_of(AuditEntry)
 
 
 @dataclass(frozen=True)
@@ -107,18 +105,6 @@ def append(session: AsyncSession | Session, *items: Covered | Base) -> None:
     pending.extend(items)
 
 
-def head(conn: Connection, *, lock: bool) -> tuple[int, str]:
-    """The last entry's (seq, hash), (0, GENESIS) for an empty chain. With ``lock`` on
-    Postgres, first takes the appenders' lock (held until the transaction ends)."""
-    if lock and conn.dialect.name == "postgresql":
-        row = conn.execute(text(f"SELECT seq, hash FROM {HEAD_FUNCTION}()")).first()
-    else:
-        row = conn.execute(
-            select(CHAIN.c.seq, CHAIN.c.hash).order_by(CHAIN.c.seq.desc()).limit(1)
-        ).first()
-    return (0, GENESIS) if row is None else (int(row[0]), str(row[1]))
-
-
 def link(
     start: tuple[int, str], entries: Sequence[Covered], secret: bytes | None
 ) -> list[dict[str, Any]]:
@@ -144,7 +130,6 @@ def link(
     return rows
 
 
-_INSERT = insert(CHAIN)
 HEAD_AFTER_COMMIT = "cstp.audit.head"
 
 # SQLite: the head each engine's last committed append left (see the module docstring).
@@ -152,25 +137,11 @@ _heads: weakref.WeakKeyDictionary[Engine, tuple[int, str]] = weakref.WeakKeyDict
 
 
 def write(conn: Connection, entries: Sequence[Covered], secret: bytes | None) -> tuple[int, str]:
-    """Lock, read the head, and insert ``entries`` after it in one statement (the rows as
-    parameters of one prepared INSERT: a multi-row VALUES clause would be compiled anew for
-    every transaction, ~0.3 ms each). Returns the new head."""
-    rows = link(head(conn, lock=True), entries, secret)
-    conn.execute(_INSERT, rows)
+    """Lock, read the head, and insert ``entries`` after it in one statement
+    (``repository.entries.insert_entries``). Returns the new head."""
+    rows = link(store.head(conn, lock=True), entries, secret)
+    store.insert_entries(conn, rows)
     return rows[-1]["seq"], rows[-1]["hash"]
-
-
-_COLUMNS = ("seq", "table_name", "row_id", "digest", "prev_hash", "hash", "keyed")
-_SQLITE_INSERT = (
-    f"INSERT INTO {CHAIN.name} ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
-)
-_SQLITE_HEAD = f"SELECT seq, hash FROM {CHAIN.name} ORDER BY seq DESC LIMIT 1"
-_SQLITE_TAKEN = f"SELECT 1 FROM {CHAIN.name} WHERE seq = ?"
-
-
-def _sqlite_head(conn: sqlite3.Connection) -> tuple[int, str]:
-    row = conn.execute(_SQLITE_HEAD).fetchone()
-    return (0, GENESIS) if row is None else (int(row[0]), str(row[1]))
 
 
 def _append_at_commit(
@@ -184,21 +155,18 @@ def _append_at_commit(
     the entries as ``linked`` (after the head this engine last left; when None, read the head
     and link ``entries`` after it); when another appender took the next ``seq`` since, read
     the head and link after it. The head left is put in ``new_head``."""
-    rows = linked if linked is not None else link(_sqlite_head(conn), entries, secret)
-    # executemany is not atomic across its rows: under a savepoint, a failure leaves none, so
-    # a taken ``seq`` afterwards can only be another appender's.
-    conn.execute("SAVEPOINT cstp_chain")
-    try:
-        conn.executemany(_SQLITE_INSERT, [tuple(r[c] for c in _COLUMNS) for r in rows])
-    except sqlite3.IntegrityError:
-        conn.execute("ROLLBACK TO cstp_chain")
-        if linked is None or conn.execute(_SQLITE_TAKEN, (rows[0]["seq"],)).fetchone() is None:
-            raise  # not a stale head: some other constraint (a row chained twice)
-        rows = link(_sqlite_head(conn), entries, secret)
-        conn.executemany(_SQLITE_INSERT, [tuple(r[c] for c in _COLUMNS) for r in rows])
-    finally:
-        conn.execute("RELEASE cstp_chain")
+    if linked is None:
+        rows = store.sqlite_insert(conn, link(store.sqlite_head(conn), entries, secret), None)
+    else:
+        relink = functools.partial(_relink, entries=entries, secret=secret)
+        rows = store.sqlite_insert(conn, linked, relink)
     new_head.append((rows[-1]["seq"], rows[-1]["hash"]))
+
+
+def _relink(
+    start: tuple[int, str], *, entries: Sequence[Covered], secret: bytes | None
+) -> list[dict[str, Any]]:
+    return link(start, entries, secret)
 
 
 @event.listens_for(Session, "before_commit")

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection
 
 from .canonical import encode, iso_utc
-from .chain import CHAIN, GENESIS
 from .problems import Problem
+from .repository import entries as store
 
 CHECKPOINT_FORMAT = "cstp-audit-checkpoint/1"
 _HEX64 = re.compile(r"[0-9a-f]{64}", re.ASCII)
@@ -53,10 +53,7 @@ def checkpoint_mac(secret: bytes | None, body: dict[str, Any]) -> str:
 
 def take_checkpoint(conn: Connection, secret: bytes | None, now: datetime) -> Checkpoint:
     """The chain's head now (seq 0 and the genesis hash for an empty chain), with its MAC."""
-    row = conn.execute(
-        select(CHAIN.c.seq, CHAIN.c.hash).order_by(CHAIN.c.seq.desc()).limit(1)
-    ).first()
-    seq, hashed = (0, GENESIS) if row is None else (int(row[0]), str(row[1]))
+    seq, hashed = store.head(conn, lock=False)
     draft = Checkpoint(seq, hashed, iso_utc(now), secret is not None, "")
     return Checkpoint(seq, hashed, draft.time, draft.keyed, checkpoint_mac(secret, draft.signed()))
 
@@ -118,9 +115,9 @@ def check_point(
         ]
     if point.seq == 0:
         return []
-    row = conn.execute(select(CHAIN.c.hash).where(CHAIN.c.seq == point.seq)).first()
-    if row is None:
+    stored = store.hash_at(conn, point.seq)
+    if stored is None:
         return problem(": the entry is missing")
-    if not hmac.compare_digest(str(row[0]).encode(), point.hash.encode()):
+    if not hmac.compare_digest(stored.encode(), point.hash.encode()):
         return problem(": the entry's hash is not the one recorded (the chain was rewritten)")
     return []

@@ -9,31 +9,17 @@ import hashlib
 import json
 from typing import Any
 
-from sqlalchemy import Connection, String, and_, cast, exists, func, select, type_coerce
-from sqlalchemy.types import NullType
+from sqlalchemy import Connection
 
-from app.db.base import table_of
-from app.db.decisions import Decision, DecisionReview
-from app.db.guardrails import GuardrailEvaluation, GuardrailRuleSet
-
-from .canonical import AUDITED, Audited
-from .chain import CHAIN
+from .canonical import AUDITED
 from .problems import Problem
+from .repository import rows as stored
 
 MAX_INSERTED = 100  # inserted rows reported one by one; beyond, a count
 
 
-def _row_id(audited: Audited) -> Any:
-    key = audited.table.c[audited.key]
-    return key if isinstance(key.type, String) else cast(key, String(64))
-
-
 def duplicates(conn: Connection) -> list[Problem]:
-    rows = conn.execute(
-        select(CHAIN.c.table_name, CHAIN.c.row_id, func.min(CHAIN.c.seq), func.max(CHAIN.c.seq))
-        .group_by(CHAIN.c.table_name, CHAIN.c.row_id)
-        .having(func.count() > 1)
-    ).all()
+    rows = stored.duplicates(conn)
     return [
         Problem("duplicate", int(r[3]), str(r[0]), str(r[1]), f"also covered by seq {r[2]}")
         for r in rows
@@ -45,13 +31,7 @@ def inserted(conn: Connection) -> list[Problem]:
     whose row is not newer."""
     found: list[tuple[Any, str, str]] = []
     for audited in AUDITED.values():
-        table, row_id = audited.table, _row_id(audited)
-        # as stored: a forged row's time may be nothing a timestamp column type can read
-        time = type_coerce(table.c[audited.time], NullType())
-        covered = exists().where(and_(CHAIN.c.table_name == audited.name, CHAIN.c.row_id == row_id))
-        rows = conn.execute(
-            select(row_id, time).where(~covered).order_by(time).limit(MAX_INSERTED + 1)
-        ).all()
+        rows = stored.uncovered(conn, audited, MAX_INSERTED + 1)
         found.extend((r[1], audited.name, str(r[0])) for r in rows)
     found.sort(key=lambda f: (str(f[0]), f[1], f[2]))  # ISO-like text, or UTC timestamptz
     out: list[Problem] = []
@@ -71,21 +51,10 @@ def inserted(conn: Connection) -> list[Problem]:
 
 
 def _position(conn: Connection, when: Any) -> int:
-    best = 0
-    for audited in AUDITED.values():
-        table = audited.table
-        seq = conn.execute(
-            select(func.max(CHAIN.c.seq))
-            .select_from(
-                CHAIN.join(
-                    table,
-                    and_(CHAIN.c.table_name == audited.name, CHAIN.c.row_id == _row_id(audited)),
-                )
-            )
-            .where(type_coerce(table.c[audited.time], NullType()) <= when)
-        ).scalar()
-        best = max(best, int(seq or 0))
-    return best
+    return max(
+        (stored.last_covered_before(conn, audited, when) for audited in AUDITED.values()),
+        default=0,
+    )
 
 
 # A decision's review columns, which the chain does not cover (every review updates them), and
@@ -106,36 +75,8 @@ def review_copies(conn: Connection) -> list[Problem]:
     review, not empty and ``pending``), compared as stored. The latest is the review with the
     greatest id, as everywhere (app.decisions.repository, "which review is the latest"), never
     the one with the latest ``reviewed_at``."""
-    decisions, reviews = table_of(Decision), table_of(DecisionReview)
-
-    def raw(column: Any, label: str) -> Any:
-        return type_coerce(column, NullType()).label(label)
-
-    latest = (
-        select(reviews.c.decision_id, func.max(reviews.c.id).label("review_id"))
-        .group_by(reviews.c.decision_id)
-        .subquery()
-    )
-    query = (
-        select(
-            decisions.c.id,
-            CHAIN.c.seq,
-            raw(decisions.c.status, "status"),
-            reviews.c.id.label("review_id"),
-            *(raw(decisions.c[d], f"d_{d}") for d, _ in REVIEW_COPY),
-            *(raw(reviews.c[r], f"r_{r}") for _, r in REVIEW_COPY),
-        )
-        .select_from(
-            decisions.outerjoin(latest, latest.c.decision_id == decisions.c.id)
-            .outerjoin(reviews, reviews.c.id == latest.c.review_id)
-            .outerjoin(
-                CHAIN, and_(CHAIN.c.table_name == "decisions", CHAIN.c.row_id == decisions.c.id)
-            )
-        )
-        .order_by(decisions.c.id)
-    )
     out = []
-    for row in conn.execute(query).mappings():
+    for row in stored.review_copies(conn, REVIEW_COPY):
         if row["review_id"] is None:
             differ = [d for d, _ in REVIEW_COPY if row[f"d_{d}"] is not None]
             if row["status"] != "pending":
@@ -174,8 +115,7 @@ def _value(column: str, stored: Any) -> Any:
 
 def rule_sets(conn: Connection) -> list[Problem]:
     out = []
-    sets = table_of(GuardrailRuleSet)
-    for r in conn.execute(select(sets.c.hash, sets.c.content)):
+    for r in stored.rule_sets(conn):
         if hashlib.sha256(str(r.content).encode("utf-8")).hexdigest() != r.hash:
             out.append(
                 Problem(
@@ -186,22 +126,7 @@ def rule_sets(conn: Connection) -> list[Problem]:
                     "its content does not hash to its key (the rules were edited)",
                 )
             )
-    evaluations = table_of(GuardrailEvaluation)
-    stored = exists().where(sets.c.hash == evaluations.c.rule_set_hash)
-    missing = conn.execute(
-        select(evaluations.c.rule_set_hash, func.min(CHAIN.c.seq), func.count())
-        .select_from(
-            evaluations.outerjoin(
-                CHAIN,
-                and_(
-                    CHAIN.c.table_name == "guardrail_evaluations",
-                    CHAIN.c.row_id == evaluations.c.id,
-                ),
-            )
-        )
-        .where(evaluations.c.rule_set_hash.is_not(None), ~stored)
-        .group_by(evaluations.c.rule_set_hash)
-    ).all()
+    missing = stored.unstored_rule_sets(conn)
     for rule_set_hash, first, count in missing:
         out.append(
             Problem(

@@ -37,24 +37,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import (
-    JSON,
-    Boolean,
-    Connection,
-    Float,
-    Integer,
-    Table,
-    Text,
-    cast,
-    inspect,
-    select,
-    type_coerce,
-)
-from sqlalchemy.types import NullType
+from sqlalchemy import JSON, Boolean, Connection, Float, Integer, Table, inspect
 
 from app.db.base import UtcDateTime
 
 from .canonical import Audited, digest_of, document
+from .repository import rows as repository
 
 # The fraction is always written by SQLAlchemy; rows stored before the audit chain by other
 # means (sqlite3's own adapter, SQLite's datetime()) may have whole seconds without one.
@@ -150,28 +138,10 @@ def _fetch(
     keys = key_values(audited, row_ids)
     if not keys:
         return {}, {}
-
-    def col(table: Table, name: str) -> Any:
-        c = table.c[name]
-        if not raw:
-            return c
-        if isinstance(c.type, JSON):  # its text as stored (asyncpg would hand it over parsed)
-            return cast(c, Text).label(name)
-        return type_coerce(c, NullType()).label(name)
-
     # Only the listed columns, and the later ones the table has: a column that a later
     # migration adds does not exist yet when the migration that builds the chain runs.
-    table, key = audited.table, audited.table.c[audited.key]
-    wanted_columns = audited.columns + later_columns(conn, audited)
-    listed = select(*(col(table, c) for c in wanted_columns)).where(key.in_(keys))
-    rows = {str(r[audited.key]): dict(r) for r in conn.execute(listed).mappings()}
-    children: dict[str, dict[str, list[dict[str, Any]]]] = {r: {} for r in rows}
-    for child in audited.children:
-        parent = child.table.c[child.parent]
-        wanted = select(parent, *(col(child.table, c) for c in child.columns))
-        for r in conn.execute(wanted.where(parent.in_(keys))).mappings():
-            children[str(r[child.parent])].setdefault(child.table.name, []).append(dict(r))
-    return rows, children
+    columns = audited.columns + later_columns(conn, audited)
+    return repository.fetch(conn, audited, keys, columns, raw=raw)
 
 
 def later_columns(conn: Connection, audited: Audited) -> tuple[str, ...]:

@@ -28,30 +28,24 @@ import hmac
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import BigInteger, Connection, cast, func, select
+from sqlalchemy import Connection
 
 from .canonical import AUDITED, digest_of
-from .chain import CHAIN, GENESIS, entry_hash
+from .chain import GENESIS, entry_hash
 from .checkpoints import Checkpoint, check_point
 from .coverage import duplicates, inserted, review_copies, rule_sets
 from .problems import Problem, Report
+from .repository import entries as store
 from .stored import load_checked
 
 Progress = Callable[[int, int], None]
 BATCH = 500
 
 
-# SQLite keeps whatever an UPDATE writes in ``seq``: the entries whose seq is a whole number
-# are the chain; the others (text, a real) are reported on their own.
-_WHOLE = CHAIN.c.seq == cast(CHAIN.c.seq, BigInteger)
-
-
 def _batches(conn: Connection, start: int) -> Iterator[Sequence[Any]]:
     after = start - 1
     while True:
-        rows = conn.execute(
-            select(CHAIN).where(_WHOLE, CHAIN.c.seq > after).order_by(CHAIN.c.seq).limit(BATCH)
-        ).all()
+        rows = store.entries_after(conn, after, BATCH)
         if not rows:
             return
         yield rows
@@ -67,7 +61,7 @@ def _not_whole(conn: Connection) -> list[Problem]:
             str(e.row_id),
             f"its seq ({str(e.seq)[:20]!r}) is not a whole number (the entry was edited)",
         )
-        for e in conn.execute(select(CHAIN).where(~_WHOLE)).all()
+        for e in store.not_whole(conn)
     ]
 
 
@@ -82,17 +76,14 @@ def verify(
     """Check the chain from entry ``start`` on (links from the entry before it), every
     audited row's coverage, the rule sets, and each checkpoint."""
     start = max(start, 1)
-    last = int(conn.execute(select(func.max(CHAIN.c.seq)).where(_WHOLE)).scalar() or 0)
-    total = int(
-        conn.execute(select(func.count()).where(_WHOLE, CHAIN.c.seq >= start)).scalar() or 0
-    )
+    last = store.last_seq(conn)
+    total = store.count_from(conn, start)
     report = Report(first=start, last=last)
     problems: list[Problem] = []
     if start == 1:
         prev: str | None = GENESIS
     else:
-        before = conn.execute(select(CHAIN.c.hash).where(CHAIN.c.seq == start - 1)).first()
-        prev = None if before is None else str(before[0])
+        prev = before = store.hash_at(conn, start - 1)
         if start - 1 > last:  # what was verified up to start - 1 is no longer there
             problems.append(
                 Problem(
