@@ -9,11 +9,13 @@ path (``filters.minDecisions`` or ``minDecisions``) in the -32602 it may earn.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Annotated, Any, Literal
 
 from msgspec import Meta
 
+from app.runtime import iso
 from app.wire import AgentIn, Moment, ShortText, Stakes, Struct
 
 GroupBy = Literal["category", "stakes", "agent", "confidenceBucket"]
@@ -45,6 +47,31 @@ class GetCalibrationParams(Struct):
     since: Moment | None = None
     until: Moment | None = None
     min_decisions: MinDecisions | None = None
+
+
+@dataclass(frozen=True)
+class Filters:
+    """The filters of one call after merging ``filters`` with their top-level aliases."""
+
+    agent: str | None = None
+    category: str | None = None
+    stakes: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    min_decisions: int = DEFAULT_MIN_DECISIONS
+
+    def wire(self) -> dict[str, Any]:
+        """What was applied, echoed so a client can tell which slice the figures describe."""
+        data: dict[str, Any] = {
+            "agent": self.agent,
+            "category": self.category,
+            "stakes": self.stakes,
+            "since": iso(self.since) if self.since else None,
+            "until": iso(self.until) if self.until else None,
+        }
+        data = {k: v for k, v in data.items() if v is not None}
+        data["minDecisions"] = self.min_decisions
+        return data
 
 
 BUCKETS = 10

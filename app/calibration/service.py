@@ -7,25 +7,21 @@ reviewed decisions or ten million: no rows are loaded, no scan limit, no hidden 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Float, Select, case, func, literal, null, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.decisions import Decision
 from app.errors import invalid_params
 from app.operations.context import CallContext
 from app.operations.params import parse_timestamp
-from app.runtime import iso
 
+from .repository import aggregate
 from .schemas import (
-    BUCKETS,
     DEFAULT_MIN_DECISIONS,
     STAKES_ORDER,
     TOLERANCE,
     CalibrationFilters,
+    Filters,
     GetCalibrationParams,
     Sums,
     bucket_label,
@@ -35,8 +31,6 @@ from .schemas import (
     percent,
 )
 
-# Outcome -> score; an outcome missing here (``abandoned``) is reviewed but never scored.
-SCORES = {"success": 1.0, "partial": 0.5, "failure": 0.0}
 HEADLINE = ("brierScore", "accuracy", "calibrationGap", "interpretation")
 MAX_RECOMMENDATIONS = 8
 
@@ -104,31 +98,6 @@ def recommendations(
     return advice[:MAX_RECOMMENDATIONS]
 
 
-@dataclass(frozen=True)
-class Filters:
-    """The filters of one call after merging ``filters`` with their top-level aliases."""
-
-    agent: str | None = None
-    category: str | None = None
-    stakes: str | None = None
-    since: datetime | None = None
-    until: datetime | None = None
-    min_decisions: int = DEFAULT_MIN_DECISIONS
-
-    def wire(self) -> dict[str, Any]:
-        """What was applied, echoed so a client can tell which slice the figures describe."""
-        data: dict[str, Any] = {
-            "agent": self.agent,
-            "category": self.category,
-            "stakes": self.stakes,
-            "since": iso(self.since) if self.since else None,
-            "until": iso(self.until) if self.until else None,
-        }
-        data = {k: v for k, v in data.items() if v is not None}
-        data["minDecisions"] = self.min_decisions
-        return data
-
-
 def resolve_filters(p: GetCalibrationParams) -> Filters:
     """``filters`` wins key by key; a top-level value fills a key ``filters`` leaves out."""
     nested = p.filters or CalibrationFilters()
@@ -157,93 +126,6 @@ def resolve_filters(p: GetCalibrationParams) -> Filters:
         until=until,
         min_decisions=min_decisions if min_decisions is not None else DEFAULT_MIN_DECISIONS,
     )
-
-
-def _score() -> ColumnElement[Any]:
-    """The outcome's score, NULL for unreviewed and abandoned decisions (so COUNT and SUM of
-    it cover scored decisions only)."""
-    whens = [(Decision.outcome == name, literal(value, Float())) for name, value in SCORES.items()]
-    return case(*whens, else_=null())
-
-
-def _bucket() -> ColumnElement[Any]:
-    """Index 0-9 of the confidence's 0.1-wide bucket; 1.0 joins the top bucket.
-
-    Compared against the bucket edges instead of FLOOR/CAST of ``confidence * 10``: SQLite's
-    CAST truncates but Postgres' rounds, SQLite may lack FLOOR, and products such as 0.7 * 10
-    are not exact in floating point. ``i / 10`` is the same double as the literal ``0.i``, so
-    a decision at exactly 0.7 lands in 0.7-0.8 on both databases.
-    """
-    edges = [
-        (Decision.confidence >= literal(i / 10, Float()), i) for i in range(BUCKETS - 1, 0, -1)
-    ]
-    return case(*edges, else_=0)
-
-
-GROUP_KEYS = {
-    "category": lambda: Decision.category,
-    "stakes": lambda: Decision.stakes,
-    "agent": lambda: Decision.recorded_by,
-    "confidenceBucket": _bucket,
-}
-
-
-def _conditions(f: Filters) -> list[ColumnElement[bool]]:
-    conditions: list[ColumnElement[bool]] = []
-    if f.agent is not None:
-        conditions.append(Decision.recorded_by == f.agent)
-    if f.category is not None:
-        conditions.append(Decision.category == f.category)
-    if f.stakes is not None:
-        conditions.append(Decision.stakes == f.stakes)
-    if f.since is not None:
-        conditions.append(Decision.created_at >= f.since)
-    if f.until is not None:
-        conditions.append(Decision.created_at < f.until)
-    return conditions
-
-
-def _aggregate_query(f: Filters, key: str | None) -> Select[Any]:
-    """One row of sums per slice. The key is computed in a subquery and grouped by its column,
-    so Postgres never has to match a bound parameter in SELECT with one in GROUP BY."""
-    columns: list[ColumnElement[Any]] = [
-        Decision.confidence.label("confidence"),
-        Decision.outcome.label("outcome"),
-        _score().label("score"),
-    ]
-    if key is not None:
-        columns.append(GROUP_KEYS[key]().label("key"))
-    scoped = select(*columns).where(*_conditions(f)).subquery("scoped")
-    c = scoped.c
-    error = c.confidence - c.score
-    sums: list[ColumnElement[Any]] = [
-        func.count().label("matched"),
-        func.count(c.outcome).label("reviewed"),
-        func.count(c.score).label("scored"),
-        func.sum(case((c.score.is_not(None), c.confidence), else_=null())).label("conf"),
-        func.sum(c.score).label("score"),
-        func.sum(error * error).label("squared"),
-    ]
-    if key is None:
-        return select(*sums).select_from(scoped)
-    return select(c.key, *sums).select_from(scoped).group_by(c.key).order_by(c.key)
-
-
-async def aggregate(session: AsyncSession, f: Filters, key: str | None) -> list[tuple[Any, Sums]]:
-    """``(key, sums)`` per slice; with no key, a single ``(None, sums)`` for everything."""
-    result = await session.execute(_aggregate_query(f, key))
-    out: list[tuple[Any, Sums]] = []
-    for row in result.mappings():
-        sums = Sums(
-            matched=int(row["matched"] or 0),
-            reviewed=int(row["reviewed"] or 0),
-            scored=int(row["scored"] or 0),
-            sum_confidence=float(row["conf"] or 0.0),
-            sum_score=float(row["score"] or 0.0),
-            sum_squared_error=float(row["squared"] or 0.0),
-        )
-        out.append((row["key"] if key is not None else None, sums))
-    return out
 
 
 async def _groups(

@@ -241,6 +241,13 @@ class Database:
         async with self.read_engine.connect() as conn:
             await conn.execute(text("SELECT 1"))
 
+    async def schema_revision(self) -> str | None:
+        """The revision the database records as migrated to (``alembic_version``), read in a
+        read transaction of its own."""
+        async with self.transaction(write=False) as session:
+            revision = await session.scalar(text("SELECT version_num FROM alembic_version"))
+            return None if revision is None else str(revision)
+
     async def dispose(self) -> None:
         if self._loop_reads is not None:
             self._loop_reads.dispose()

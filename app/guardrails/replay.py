@@ -14,15 +14,12 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection
 
-from app.db.base import table_of
-from app.db.guardrails import GuardrailEvaluation, GuardrailRuleResult, GuardrailRuleSet
-
+from . import repository
 from .evaluate import evaluate
+from .repository import RESULT_FIELDS
 from .rules import RuleSet, rule_set_from_content
-
-RESULT_FIELDS = ("severity", "mode", "fired", "would_block", "would_warn", "message", "error")
 
 
 class CannotReplay(Exception):
@@ -42,13 +39,6 @@ class Replayed:
         return not self.differences
 
 
-def _stored_results(conn: Connection, evaluation_id: str) -> dict[str, dict[str, Any]]:
-    results = table_of(GuardrailRuleResult)
-    columns = [results.c.guardrail_id, *(results.c[f] for f in RESULT_FIELDS)]
-    rows = conn.execute(select(*columns).where(results.c.evaluation_id == evaluation_id))
-    return {str(r.guardrail_id): {f: r._mapping[f] for f in RESULT_FIELDS} for r in rows}
-
-
 def _rule_set(conn: Connection, evaluation: dict[str, Any]) -> RuleSet:
     wanted = evaluation["rule_set_hash"]
     if wanted is None:
@@ -56,11 +46,9 @@ def _rule_set(conn: Connection, evaluation: dict[str, Any]) -> RuleSet:
             f"evaluation {evaluation['id']} was stored before rule sets were kept "
             f"(rule set version {evaluation['rule_set_version']}): it cannot be replayed"
         )
-    sets = table_of(GuardrailRuleSet)
-    row = conn.execute(select(sets.c.content).where(sets.c.hash == wanted)).first()
-    if row is None:
+    content = repository.rule_set_content(conn, wanted)
+    if content is None:
         raise CannotReplay(f"the rule set {wanted} of evaluation {evaluation['id']} is not stored")
-    content = str(row[0])
     if hashlib.sha256(content.encode("utf-8")).hexdigest() != wanted:
         raise CannotReplay(
             f"the stored rule set {wanted} does not hash to its key: its content was edited"
@@ -73,10 +61,9 @@ def _rule_set(conn: Connection, evaluation: dict[str, Any]) -> RuleSet:
 
 def replay(conn: Connection, evaluation_id: str) -> Replayed:
     """Evaluate a stored evaluation's inputs again with its own rule set and compare."""
-    table = table_of(GuardrailEvaluation)
     try:
-        row = conn.execute(select(table).where(table.c.id == evaluation_id)).mappings().first()
-        kept = _stored_results(conn, evaluation_id)
+        row = repository.evaluation(conn, evaluation_id)
+        kept = repository.rule_results(conn, evaluation_id)
     except ValueError:  # a value that does not parse (bad JSON, a timestamp that is none)
         raise CannotReplay(
             f"the evaluation {evaluation_id!r} or one of its rule results holds a value that "
@@ -84,7 +71,7 @@ def replay(conn: Connection, evaluation_id: str) -> Replayed:
         ) from None
     if row is None:
         raise CannotReplay(f"no guardrail evaluation with id {evaluation_id!r}")
-    stored = dict(row)
+    stored = row
     if not isinstance(stored["facts"], dict | None):
         raise CannotReplay(
             f"the evaluation {evaluation_id!r} has facts that are not a JSON object (an edited "

@@ -15,19 +15,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, event, insert, select
-from sqlalchemy.dialects import postgresql
+from sqlalchemy import Engine, event
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from app.audit.canonical import Covered, covered
 from app.audit.chain import append
-from app.db.base import table_of
-from app.db.guardrails import GuardrailEvaluation, GuardrailRuleResult, GuardrailRuleSet
 from app.errors import GUARDRAIL_EVAL_FAILED, CstpError, invalid_params
 from app.operations.context import CallContext
 from app.runtime import iso
 
+from . import repository
 from .evaluate import Evaluation, evaluate
 from .rules import RuleSet
 
@@ -167,10 +165,8 @@ async def store(session: AsyncSession, staged: Sequence[Staged]) -> None:
     # digested before the first statement: on SQLite that takes the write lock
     entries = [s.entry for s in staged]
     await _store_rule_sets(session, {s.rule_set.hash: s.rule_set for s in staged})
-    await session.execute(insert(table_of(GuardrailEvaluation)), [s.row for s in staged])
     rule_rows = [r for s in staged for r in s.rule_rows]
-    if rule_rows:
-        await session.execute(insert(table_of(GuardrailRuleResult)), rule_rows)
+    await repository.insert_evaluations(session, [s.row for s in staged], rule_rows)
     append(session, *entries)
 
 
@@ -180,17 +176,15 @@ _stored_rule_sets: weakref.WeakKeyDictionary[Engine, set[str]] = weakref.WeakKey
 
 
 async def _store_rule_sets(session: AsyncSession, rule_sets: Mapping[str, RuleSet]) -> None:
-    """Store each rule set not stored yet (append-only: a stored one is never rewritten).
-    Postgres: INSERT … ON CONFLICT DO NOTHING (two processes may store the same set at
-    once). SQLite: a look-up, then the insert; write transactions there are serialized, and
-    an ``INSERT OR IGNORE`` would meet the append-only trigger that refuses collisions."""
+    """Store each rule set this process has not seen committed yet
+    (``repository.insert_rule_set``)."""
     bind = session.get_bind()
     assert isinstance(bind, Engine)  # sessions are bound to engines here, not connections
     known = _stored_rule_sets.setdefault(bind, set())
     missing = [rs for h, rs in rule_sets.items() if h not in known]
     if not missing:
         return
-    table = table_of(GuardrailRuleSet)
+    postgres = bind.dialect.name == "postgresql"
     for rule_set in missing:
         row = {
             "hash": rule_set.hash,
@@ -198,14 +192,7 @@ async def _store_rule_sets(session: AsyncSession, rule_sets: Mapping[str, RuleSe
             "rules": len(rule_set.rules),
             "content": rule_set.content,
         }
-        if bind.dialect.name == "postgresql":
-            await session.execute(
-                postgresql.insert(table).values(row).on_conflict_do_nothing(index_elements=["hash"])
-            )
-        elif (
-            await session.execute(select(table.c.hash).where(table.c.hash == rule_set.hash))
-        ).first() is None:
-            await session.execute(insert(table).values(row))
+        await repository.insert_rule_set(session, row, postgres=postgres)
 
     def remember(_session: Session) -> None:
         known.update(rs.hash for rs in missing)

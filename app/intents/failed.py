@@ -30,6 +30,8 @@ from app.db.intents import Intent
 from app.errors import CstpError
 from app.operations.context import CallContext
 
+from . import repository
+
 TEXT_BYTES = 1024
 METADATA_BYTES = 1024
 CORRELATION_CHARS = 128
@@ -59,7 +61,7 @@ async def record_failure(ctx: CallContext, raw: dict[str, Any], error: CstpError
         confidence=_number(raw.get("confidence")),
         metadata_=bounded_metadata(raw.get("metadata")),
     )
-    ctx.session.add(intent)
+    repository.add_refused(ctx.session, intent)
     append(ctx.session, intent)
 
 

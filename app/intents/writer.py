@@ -29,17 +29,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import insert
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.audit.canonical import Covered
 from app.audit.chain import append
-from app.db.base import table_of
 from app.db.engine import Database
-from app.db.intents import Intent, IntentMatch
 from app.errors import STORAGE_ERROR, CstpError
 from app.guardrails.service import Staged, store
+
+from . import repository
 
 log = logging.getLogger("cstp.intents")
 
@@ -66,18 +64,13 @@ async def write_rows(session: AsyncSession, announcements: Sequence[Announcement
     written = [not a.callers_correlation for a in announcements]
     fresh = [a.row for a in announcements if not a.callers_correlation]
     if fresh:  # a correlation id of the server's making is fresh: no retry can race for it
-        await session.execute(insert(table_of(Intent)), fresh)
+        await repository.insert_intents(session, fresh)
     for i, announcement in enumerate(announcements):
         if announcement.callers_correlation:
-            try:
-                async with session.begin_nested():
-                    await session.execute(insert(table_of(Intent)), [announcement.row])
-            except IntegrityError:
-                continue
-            written[i] = True
+            written[i] = await repository.insert_intent_unless_taken(session, announcement.row)
     matches = [m for a, ok in zip(announcements, written, strict=True) if ok for m in a.matches]
     if matches:
-        await session.execute(insert(table_of(IntentMatch)), matches)
+        await repository.insert_matches(session, matches)
     append(session, *(a.entry for a, ok in zip(announcements, written, strict=True) if ok))
     return written
 

@@ -6,7 +6,6 @@ import time
 from typing import Any
 
 from litestar import Request, Response, get
-from sqlalchemy import text
 
 from app.db import migrate
 from app.outbox.admin import counts
@@ -47,7 +46,7 @@ async def ready(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
         failing.append("database")
     if "database" not in failing:
         try:
-            current = await _current_revision(services)
+            current = await services.db.schema_revision()
             head = migrate.head_revision()
             checks["schema"] = "ok" if current == head else f"at {current}, expected {head}"
             if current != head:
@@ -84,12 +83,6 @@ async def ready(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     if degraded:
         body["degraded"] = degraded
     return Response(body, status_code=200 if not failing else 503)
-
-
-async def _current_revision(services: Any) -> str | None:
-    async with services.db.transaction(write=False) as session:
-        revision = await session.scalar(text("SELECT version_num FROM alembic_version"))
-        return None if revision is None else str(revision)
 
 
 @get("/.well-known/agent.json", sync_to_thread=False)
