@@ -12,6 +12,7 @@ from .audit.chain import use_key
 from .config import Settings
 from .db import models as _all_models  # noqa: F401 - every table known before any flush
 from .db.engine import Database
+from .decisions.export import decision_exports
 from .decisions.writer import RecordWriter
 from .guardrails.rule_files import load_rules, rule_dirs
 from .guardrails.rules import RuleSet
@@ -77,7 +78,7 @@ def build_services(
         index = VectorIndex.embedded(settings.data_dir / "chroma", embedder)
     db = Database(settings.database_url)
     use_key(db.write_engine, settings.audit_key)  # the audit chain's entries (docs/AUDIT.md)
-    relay = Relay(db, index, settings, runtime)
+    relay = Relay(db, index, settings, runtime, exports=decision_exports())
     recorder = RecordWriter(db, relay, runtime)
     announcer = IntentWriter(db) if db.is_sqlite else None
     return Services(settings, runtime, db, limiter, rules, index, relay, recorder, announcer, calls)

@@ -567,7 +567,7 @@ def vector_recall(run: Run, semantic: dict[str, Any]) -> dict[str, Any]:
     queries without filters (both sides then rank the whole corpus)."""
     import numpy as np
 
-    from app.decisions.document import index_text
+    from app.records.entries import index_text
     from app.search.embedder import load_default_embedder
 
     args, corpus = run.args, run.corpus

@@ -1484,7 +1484,7 @@ class Corpus:
 def index_text_of(params: dict[str, Any]) -> str:
     """The stripped decision, the context and the reason texts, one per line: the words the
     server indexes for a decision (its embedding sees the decision and the context only,
-    app.decisions.document.index_text). Themes and paraphrases are checked against all of
+    app.records.entries.index_text). Themes and paraphrases are checked against all of
     it."""
     parts = [params["decision"].strip()]
     if params.get("context"):

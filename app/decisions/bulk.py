@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from app.db.decisions import Decision
 from app.outbox.failures import FailureKind, classify
+from app.records.repository import load_decisions
 
 from . import repository
 from .export import render, write_decision
@@ -88,7 +89,7 @@ async def _write_current(
         if not changed:
             return failed
         async with db.transaction(write=False) as session:
-            todo = list((await repository.load_decisions(session, changed)).values())
+            todo = list((await load_decisions(session, changed)).values())
     raise RuntimeError("decisions kept changing while they were exported; run the export again")
 
 
@@ -117,7 +118,7 @@ async def export_all(
             ids = await repository.ids_after(session, last_id, batch)
             if not ids:
                 break
-            loaded = await repository.load_decisions(session, ids)
+            loaded = await load_decisions(session, ids)
         decisions = [loaded[i] for i in ids if i in loaded]  # a row deleted meanwhile is skipped
         failed += await _write_current(db, root, decisions)
         done += len(decisions)

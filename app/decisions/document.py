@@ -1,8 +1,9 @@
 """One place that turns a decision row into what the outside world sees of it.
 
-The YAML export, the vector index entry and the wire shape are all built here, from the row,
-so record, review, reindex and import can never drift apart. The rows are read and written by
-app.decisions.repository.
+The YAML export and the wire shapes are built here, from the row, so record, review and
+import can never drift apart; the vector index entry and the short form in a list of results
+are app.records.entries' (the search and the outbox relay build them too). The rows are read
+and written by app.decisions.repository.
 """
 
 from __future__ import annotations
@@ -11,11 +12,8 @@ import re
 from typing import Any
 
 from app.db.decisions import Decision
+from app.records.entries import list_item, reasons_of, tags_of
 from app.runtime import iso
-from app.search.filters import tag_metadata
-from app.search.types import IndexEntry
-
-from .repository import Brief
 
 SUMMARY_LENGTH = 120
 
@@ -35,14 +33,6 @@ def relative_path(decision: Decision) -> str:
     # The year zero-padded by hand: strftime's %Y gives "1", not "0001", for the year 1 here.
     year, month, day = f"{created.year:04d}", f"{created.month:02d}", f"{created.day:02d}"
     return f"decisions/{year}/{month}/{year}-{month}-{day}-decision-{decision.id}.yaml"
-
-
-def tags_of(decision: Decision | Brief) -> list[str]:
-    return list(decision.tag_names)
-
-
-def reasons_of(decision: Decision | Brief) -> list[dict[str, Any]]:
-    return [{"type": r.type, "text": r.text, "strength": r.strength} for r in decision.reasons]
 
 
 def _pre_decision(d: Decision) -> dict[str, Any]:
@@ -93,42 +83,6 @@ def export_fields(d: Decision) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None and v != [] and v != {}}
 
 
-def index_text(d: Decision) -> str:
-    """The text that is embedded: the decision and its context. Its reasons (and tags) are
-    searched by the keyword index only: embedded with them, paraphrases of a decision found
-    it less often (docs/QUALITY.md)."""
-    parts = [d.decision]
-    if d.context:
-        parts.append(d.context)
-    return "\n".join(parts)
-
-
-def index_entry(d: Decision) -> IndexEntry:
-    """The vector index document and metadata."""
-    return IndexEntry(id=d.id, document=index_text(d), metadata=index_metadata(d))
-
-
-def index_metadata(d: Decision | Brief) -> dict[str, Any]:
-    """The filterable metadata of the index entry; app.search.filters reads these keys."""
-    metadata: dict[str, Any] = {
-        "title": d.summary,
-        "category": d.category,
-        "stakes": d.stakes,
-        "status": d.status,
-        "confidence": float(d.confidence),
-        "created_at": d.created_at.timestamp(),
-        "date": iso(d.created_at),
-        "agent": d.recorded_by,
-        "project": d.project,
-        "feature": d.feature,
-        "pr": d.pr,
-        "has_outcome": d.outcome is not None,
-        "outcome": d.outcome,
-    }
-    metadata.update(tag_metadata(tags_of(d)))
-    return {k: v for k, v in metadata.items() if v is not None}
-
-
 def wire(d: Decision, *, reviews: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Every stored field of a decision, camelCase, for getDecision."""
     out: dict[str, Any] = {
@@ -177,25 +131,6 @@ def wire(d: Decision, *, reviews: list[dict[str, Any]] | None = None) -> dict[st
     if reviews is not None:
         out["reviews"] = reviews
     return out
-
-
-def list_item(d: Decision | Brief) -> dict[str, Any]:
-    """The short form of a decision in a list (listDecisions; queryDecisions adds to it)."""
-    item: dict[str, Any] = {
-        "id": d.id,
-        "title": d.summary,
-        "category": d.category,
-        "confidence": d.confidence,
-        "stakes": d.stakes,
-        "status": d.status,
-        "date": iso(d.created_at),
-        "agent": d.recorded_by,
-        "tags": tags_of(d),
-    }
-    for key, value in (("outcome", d.outcome), ("project", d.project)):
-        if value is not None:
-            item[key] = value
-    return item
 
 
 def listed(d: Decision) -> dict[str, Any]:

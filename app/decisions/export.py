@@ -31,8 +31,10 @@ from typing import Any
 import yaml
 
 from app.db.decisions import Decision
+from app.outbox.handlers import Exports
 
 from .document import export_fields, relative_path
+from .repository import changed_rows
 
 # libyaml's emitter when PyYAML was built with it (its wheels are): ~6x faster, and it gave
 # byte-identical output to the pure-Python one on every document we compared.
@@ -143,3 +145,9 @@ def write_decision(root: Path, decision: Decision, content: bytes, *, repair: bo
 def export_decision(root: Path, decision: Decision) -> Path:
     write_decision(root, decision, render(decision))
     return target_path(root, decision)
+
+
+def decision_exports() -> Exports:
+    """What the outbox relay delivers of a decision, handed to it by app.services: the
+    relay's handlers do not import this context (which imports the relay)."""
+    return Exports(render=render, write=write_decision, changed_rows=changed_rows)

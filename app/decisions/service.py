@@ -15,6 +15,7 @@ from app.errors import GUARDRAIL_EVAL_FAILED, CstpError, invalid_params
 from app.guardrails.service import Request, Staged, evaluate_request
 from app.intents.repository import intent_for_decision
 from app.operations.context import CallContext
+from app.records.entries import index_text
 from app.runtime import iso
 
 from . import document, repository
@@ -115,7 +116,7 @@ async def record(ctx: CallContext, p: RecordDecisionParams) -> RecordDecisionRes
         return decision
 
     # Embed while the rows are written and committed: the outbox pass finds the vector ready.
-    prepared = asyncio.ensure_future(ctx.services.index.prepare([document.index_text(build())]))
+    prepared = asyncio.ensure_future(ctx.services.index.prepare([index_text(build())]))
     fields.update(await _link_intent(ctx, p))
     staged = _evaluate_guardrails(ctx, p)
     fields["guardrail_evaluation_id"] = staged.checked.evaluation_id if staged else None

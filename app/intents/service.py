@@ -18,8 +18,8 @@ from app.audit.canonical import covered
 from app.errors import CONFLICT, CstpError, storage_error
 from app.guardrails.service import Request, evaluate_request
 from app.operations.context import CallContext
+from app.records.filters import SearchFilters
 from app.runtime import iso
-from app.search.filters import SearchFilters
 from app.search.service import Found, similar
 
 from . import repository, suggestions

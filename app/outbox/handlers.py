@@ -1,5 +1,8 @@
 """What each outbox event does: ``export`` writes the YAML file, ``index`` upserts the
-vector index entry. Both are idempotent and both build from app.decisions.document.
+vector index entry. Both are idempotent. The index entry is app.records.entries'; the YAML
+file, and the check of which rows a review changed, are the decisions context's, handed in as
+an ``Exports`` when the services are built (app.services), so that the outbox imports nothing
+of that context, which imports the outbox to enqueue its events.
 
 Each builds its document from the row first, then delivers it; a failure is classified by
 app.outbox.failures (building: permanent, delivering: transient when a dependency was
@@ -21,15 +24,17 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
+
+from sqlalchemy import Connection
 
 from app.db.decisions import Decision
 from app.db.outbox import EventKind
-from app.decisions.document import index_entry
-from app.decisions.export import render, write_decision
-from app.decisions.repository import changed_rows, load_decisions
-from app.search.types import IndexEntry
+from app.records.entries import IndexEntry, index_entry
+from app.records.repository import load_decisions
 
 from .events import Event, Results
 from .failures import ROW_GONE, Failure, FailureKind, classify, unknown_kind
@@ -38,6 +43,22 @@ if TYPE_CHECKING:
     from .loop import BackgroundRelay
 
 log = logging.getLogger("cstp.outbox")
+
+
+class ChangedRows(Protocol):
+    def __call__(self, conn: Connection, decisions: Sequence[Decision]) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class Exports:
+    """What the relay needs of the decisions context: ``render`` the YAML of a row, ``write``
+    it under the decisions directory (atomically; an older row's never replaces a newer's),
+    and ``changed_rows``, the ids of the rows given whose stored version a review has changed
+    since they were read (in a connection of a read)."""
+
+    render: Callable[[Decision], bytes]
+    write: Callable[[Path, Decision, bytes], object]
+    changed_rows: ChangedRows
 
 
 def _logged(failure: Failure, what: str, exc: BaseException) -> Failure:
@@ -56,21 +77,21 @@ def _logged(failure: Failure, what: str, exc: BaseException) -> Failure:
     return failure
 
 
-def _export_one(root: Path, decision: Decision) -> Failure | None:
+def _export_one(exports: Exports, root: Path, decision: Decision) -> Failure | None:
     """Write the YAML file of ``decision`` under ``root``; None, or why it failed."""
     try:
-        content = render(decision)
+        content = exports.render(decision)
     except Exception as exc:
         return _logged(classify(exc, building="the YAML file"), f"export of {decision.id}", exc)
     try:
-        write_decision(root, decision, content)
+        exports.write(root, decision, content)
     except Exception as exc:
         return _logged(classify(exc), f"export of {decision.id}", exc)
     return None
 
 
-def _export_all(root: Path, work: list[tuple[int, Decision]]) -> Results:
-    return {event_id: _export_one(root, decision) for event_id, decision in work}
+def _export_all(exports: Exports, root: Path, work: list[tuple[int, Decision]]) -> Results:
+    return {event_id: _export_one(exports, root, decision) for event_id, decision in work}
 
 
 # Rounds of reading the rows again before a pass leaves the rest to a later one: each round
@@ -117,7 +138,7 @@ async def _deliver(
             results[event.id] = unknown_kind(event.kind)
     jobs = []
     if exports:
-        jobs.append(asyncio.to_thread(_export_all, relay.decisions_dir, exports))
+        jobs.append(asyncio.to_thread(_export_all, relay.exports, relay.decisions_dir, exports))
     if indexed:
         jobs.append(_index_all(relay, indexed))
     for partial in await asyncio.gather(*jobs):
@@ -151,7 +172,9 @@ async def _catch_up(
             return
         rows = list({e.decision_id: decisions[e.decision_id] for e in todo}.values())
         try:
-            changed = set(await relay.db.read(functools.partial(changed_rows, decisions=rows)))
+            changed = set(
+                await relay.db.read(functools.partial(relay.exports.changed_rows, decisions=rows))
+            )
             newer: dict[str, Decision] = {}
             if changed:
                 async with relay.db.transaction(write=False) as session:

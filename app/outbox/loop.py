@@ -28,7 +28,7 @@ from app.db.outbox import EventKind, OutboxEvent, Status, updated
 
 from .events import Event, RelayStats, Results, Settlement, settle
 from .failures import NOT_RUN, FailureKind
-from .handlers import run_events
+from .handlers import Exports, run_events
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -47,10 +47,17 @@ class BackgroundRelay:
     (app.outbox.relay) adds the inline pass; a process builds that one."""
 
     def __init__(
-        self, db: Database, index: VectorIndex, settings: Settings, runtime: Runtime
+        self,
+        db: Database,
+        index: VectorIndex,
+        settings: Settings,
+        runtime: Runtime,
+        *,
+        exports: Exports,
     ) -> None:
         self.db = db
         self.index = index
+        self.exports = exports
         self.settings = settings
         self.runtime = runtime
         self.decisions_dir: Path = settings.decisions_dir

@@ -31,7 +31,7 @@ from app.db.decisions import Decision
 from app.db.outbox import EventKind, OutboxEvent, Status, updated
 
 from .events import Event, RelayStats, Results
-from .handlers import run_events
+from .handlers import Exports, run_events
 from .loop import LEASE, BackgroundRelay
 
 if TYPE_CHECKING:
@@ -49,9 +49,15 @@ class Relay(BackgroundRelay):
     """The relay of a process: the inline pass, on top of the background loop."""
 
     def __init__(
-        self, db: Database, index: VectorIndex, settings: Settings, runtime: Runtime
+        self,
+        db: Database,
+        index: VectorIndex,
+        settings: Settings,
+        runtime: Runtime,
+        *,
+        exports: Exports,
     ) -> None:
-        super().__init__(db, index, settings, runtime)
+        super().__init__(db, index, settings, runtime, exports=exports)
         self._unsettled: list[tuple[list[Event], Results]] = []
         self._settler: asyncio.Task[None] | None = None
 

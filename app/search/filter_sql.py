@@ -1,4 +1,4 @@
-"""The search filters in SQL: ``app.search.filters.matches`` as WHERE conditions on
+"""The search filters in SQL: ``app.records.filters.matches`` as WHERE conditions on
 ``decisions``, for the keyword side's ranked statement and the check of the vector side's
 hits. A statement depends only on a filter set's shape (which filters are set, how many
 tags, which outcome state); the values are bound when it runs, so the statements of each
@@ -23,9 +23,8 @@ from sqlalchemy import (
 from sqlalchemy.orm import InstrumentedAttribute
 
 from app.db.decisions import Decision, DecisionTag
-from app.decisions.repository import SEARCH_COLUMNS, Brief
-
-from .filters import SearchFilters
+from app.records.filters import SearchFilters
+from app.records.repository import SEARCH_COLUMNS, Brief
 
 Shape = tuple[Any, ...]
 
@@ -86,7 +85,7 @@ def _unindexed(column: InstrumentedAttribute[Any]) -> ColumnElement[Any]:
 
 
 def conditions(shape: Shape, *, by_id: bool = False) -> list[ColumnElement[bool]]:
-    """The SQL form of ``app.search.filters.matches`` for a shape (values bound later).
+    """The SQL form of ``app.records.filters.matches`` for a shape (values bound later).
     ``by_id`` (SQLite): the rows are looked up by id and the conditions only check them;
     without it SQLite's planner took the index of a filter (say, a category's ~2,000 rows
     at 10,000 decisions) over 60 lookups by id, 2 ms instead of 0.2."""

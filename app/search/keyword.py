@@ -20,7 +20,7 @@ length (on the benchmark, recall did not change between a cap of 250 and none). 
 divided by the weight of every phrase found, the left-out ones included.
 
 Every filter is applied in the same SQL statement, with the semantics of
-``app.search.filters`` (``matches``), so the ranking is of matching decisions only.
+``app.records.filters`` (``matches``), so the ranking is of matching decisions only.
 """
 
 from __future__ import annotations
@@ -48,10 +48,10 @@ from sqlalchemy import (
 
 from app.db import fulltext
 from app.db.decisions import Decision
-from app.decisions.repository import SEARCH_COLUMNS, Brief
+from app.records.filters import SearchFilters
+from app.records.repository import SEARCH_COLUMNS, Brief
 
 from . import filter_sql
-from .filters import SearchFilters
 
 #: At most this many distinct words of a query are looked up (the first ones).
 MAX_TERMS = 32

@@ -3,7 +3,7 @@
 The index is derived data. The rebuild writes into a NEW collection while the live one keeps
 answering queries, then switches the name over. Decisions recorded or reviewed while it ran
 went to the old collection, so a catch-up pass re-indexes everything touched since the start.
-Documents are built by app.decisions.document, the same function every write path uses.
+Documents are built by app.records.entries, the same function every write path uses.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import ColumnElement, func, or_, select
 
 from app.db.decisions import Decision
-from app.decisions.document import index_entry
-from app.decisions.repository import load_decisions
+from app.records.entries import index_entry
+from app.records.repository import load_decisions
 
 if TYPE_CHECKING:
     from app.services import Services

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
-from app.decisions import document, repository
 from app.operations.context import CallContext
+from app.records import repository
+from app.records.entries import index_metadata
+from app.records.filters import SearchFilters, matches, to_where
 
 from . import filter_sql
-from .filters import SearchFilters, matches, to_where
 from .types import Hit
 
 OVERFETCH = 10  # extra hits asked of the index, in case some are stale and dropped
@@ -159,7 +160,7 @@ def _read_verified(
             repository.add_tags(conn, list(rows.values()))
         for hit in batch:
             row = rows.get(hit.id)
-            if row is None or (filtered and not matches(filters, document.index_metadata(row))):
+            if row is None or (filtered and not matches(filters, index_metadata(row))):
                 continue
             distance = max(0.0, hit.distance)
             found.append(Match(row, distance, 1.0 - distance))

@@ -23,13 +23,14 @@ from typing import Any, Literal
 
 from sqlalchemy import Connection
 
-from app.decisions import document, repository
 from app.errors import query_failed
 from app.operations.context import CallContext
 from app.operations.params import parse_timestamp
+from app.records.entries import list_item, reasons_of
+from app.records.filters import SearchFilters
+from app.records.repository import Brief
 
 from . import filter_sql, fusion, keyword, semantic
-from .filters import SearchFilters
 from .schemas import QueryDecisionsParams, QueryFiltersIn
 from .semantic import Match
 from .types import Hit, IndexUnavailable
@@ -50,7 +51,7 @@ class Found:
     """A result with its cosine distance (announceIntent shows and records every one), None
     only in a degraded search (``similar``)."""
 
-    decision: repository.Brief
+    decision: Brief
     distance: float | None
     score: float
 
@@ -318,12 +319,12 @@ def _read_hybrid(
 
 
 def summary(found: Match, *, include_reasons: bool) -> dict[str, Any]:
-    item = document.list_item(found.decision)
+    item = list_item(found.decision)
     if found.distance is not None:
         item["distance"] = round(found.distance, 6)
     item["score"] = round(found.score, 6)
     if include_reasons:
-        item["reasons"] = document.reasons_of(found.decision)
+        item["reasons"] = reasons_of(found.decision)
     return item
 
 

@@ -8,22 +8,19 @@ that none of those modules needs another one that needs it back. Nothing here im
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-MetadataValue = str | int | float | bool | list[str]
+# What the index stores is a decision's entry, built in app.records.entries.
+from app.records.entries import IndexEntry
 
-
-@dataclass(frozen=True)
-class IndexEntry:
-    """One document to index: ``document`` is the text that is embedded (Chroma stores only
-    the vector and the metadata); ``metadata`` values that are None or empty lists mean
-    "absent"."""
-
-    id: str
-    document: str
-    metadata: Mapping[str, MetadataValue | None]
+__all__ = [
+    "Hit",
+    "IndexEntry",
+    "IndexStats",
+    "IndexUnavailable",
+    "unavailable",
+]
 
 
 @dataclass(frozen=True)

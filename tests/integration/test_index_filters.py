@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from app.records.filters import SearchFilters, matches, tag_metadata, to_where
 from app.search.embedder import Embedder
-from app.search.filters import SearchFilters, matches, tag_metadata, to_where
 from app.search.index import IndexEntry, VectorIndex, clean_metadata
 
 START = datetime(2025, 1, 1, tzinfo=UTC)

@@ -34,9 +34,9 @@ from app.audit import snapshot
 from app.audit.verify import verify
 from app.cli import main
 from app.config import Settings
-from app.decisions.repository import load_decisions
 from app.outbox.events import Event
 from app.outbox.handlers import run_events
+from app.records.repository import load_decisions
 from app.runtime import Runtime, iso
 from app.search.embedder import Embedder
 from support.app import SEED_DECISION, Rpc, serve_app

@@ -3,7 +3,7 @@
 The filter tests record a corpus of 40 decisions (dates moved with an injected clock, two
 agents, some reviewed), then check every filter of docs/PROTOCOL.md alone and every pair of filters:
 the returned ids must be exactly the decisions that satisfy the filters, computed here from
-what was recorded (semantics: app/search/filters.py docstring).
+what was recorded (semantics: app/records/filters.py docstring).
 """
 
 from __future__ import annotations

@@ -239,7 +239,7 @@ def test_an_outage_longer_than_the_old_give_up_time_on_a_fake_clock() -> None:
 
 
 def relay() -> Relay:
-    return Relay(None, None, Settings(), Runtime(now=lambda: T0))  # type: ignore[arg-type]  # no db, no index
+    return Relay(None, None, Settings(), Runtime(now=lambda: T0), exports=None)  # type: ignore[arg-type]  # no db, no index, no exports
 
 
 def work(event_id: int, kind: EventKind) -> Event:
