@@ -1,8 +1,16 @@
-"""The layers hold: nothing below the faces imports a face, and no module imports itself round
-a cycle. The faces (JSON-RPC in app/rpc, MCP in app/mcp, the HTTP system routes, the command
-line, the app factory) sit on top of the operations and the domain contexts; a context that
-imported a face would drag that face into every other one. A cycle, even one dodged with an
-import inside a function, means two modules that cannot be understood (or loaded) apart."""
+"""The layers hold: nothing below the faces imports a face, no module imports itself round a
+cycle, no package does either, and the migrations are frozen. The faces (JSON-RPC in app/rpc,
+MCP in app/mcp, the HTTP system routes, the command line, the app factory) sit on top of the
+operations and the domain contexts; a context that imported a face would drag that face into
+every other one. A cycle, even one dodged with an import inside a function, means two modules
+that cannot be understood (or loaded) apart; between packages (app.decisions imports app.search,
+which imports app.decisions back through other modules), two contexts that cannot be changed
+apart. A migration describes the schema as it was at its revision: code it imported from the
+contexts could change what an old upgrade does.
+
+Imports only for annotations (inside ``if TYPE_CHECKING:``) are left out of both cycle checks:
+they are never executed, so they load nothing and order nothing at run time, and an annotation
+naming a type of a higher layer (``Services``) is how a lower one says what it is handed."""
 
 from __future__ import annotations
 
@@ -158,3 +166,130 @@ def test_the_cycle_finder_finds_a_cycle_and_ignores_type_checking_imports(
     assert "app.db.models" in imported(sample, runtime_only=True, package="app.x")
     assert "app.rpc.errors" not in imported(sample, runtime_only=True, package="app.x")
     assert "app.rpc.errors" in imported(sample, package="app.x")
+
+
+# ---------------------------------------------------------------- packages
+
+
+def package_of(module: str) -> str:
+    """The node of ``module`` in the package graph: app's package it belongs to
+    (``app.decisions.service`` -> ``app.decisions``), or itself for a top-level module
+    (``app.config``)."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph(
+    graph: dict[str, set[str]],
+) -> tuple[dict[str, set[str]], dict[tuple[str, str], list[tuple[str, str]]]]:
+    """app's packages -> the packages they import at run time, and for each edge the module
+    imports that make it. A package's imports of its own modules are not edges. The
+    migrations are left out: Alembic loads them by path, never the running server;
+    ``test_migrations_are_frozen`` holds them to their own rule."""
+    packages: dict[str, set[str]] = {}
+    why: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for module, targets in graph.items():
+        if module.startswith(MIGRATIONS_PACKAGE):
+            continue
+        source = package_of(module)
+        packages.setdefault(source, set())
+        for target in targets:
+            if package_of(target) != source:
+                packages[source].add(package_of(target))
+                why.setdefault((source, package_of(target)), []).append((module, target))
+    return packages, why
+
+
+def package_cycles(graph: dict[str, set[str]]) -> list[str]:
+    """Each strongly connected component of more than one package, told with the module
+    imports between its members."""
+    packages, why = package_graph(graph)
+    told = []
+    for component in cycles(packages):
+        edges = sorted(
+            f"{module} -> {target}"
+            for (source, dest), pairs in why.items()
+            if source in component and dest in component
+            for module, target in pairs
+        )
+        told.append(f"{' <-> '.join(component)}: " + "; ".join(edges))
+    return told
+
+
+def test_no_import_cycles_between_packages() -> None:
+    packages, _ = package_graph(import_graph())
+    assert {"app.decisions", "app.search", "app.outbox", "app.records"} <= set(packages)
+    assert package_cycles(import_graph()) == []
+
+
+def test_the_package_check_finds_a_cycle_through_other_modules() -> None:
+    """A cycle no module check sees: each module imports another one of the other package."""
+    graph = {
+        "app.a.one": {"app.b.two"},
+        "app.b.two": set(),
+        "app.b.three": {"app.c"},
+        "app.c": {"app.a.four"},
+        "app.a.four": set(),
+        "app.db.migrations.versions.x": {"app.a.one"},
+    }
+    assert cycles(graph) == []
+    (found,) = package_cycles(graph)
+    assert found.startswith("app.a <-> app.b <-> app.c: ")
+    assert "app.b.three -> app.c" in found and "app.c -> app.a.four" in found
+    assert "migrations" not in found
+
+
+# ---------------------------------------------------------------- migrations
+
+MIGRATIONS_PACKAGE = "app.db.migrations"
+VERSIONS = APP / "db" / "migrations" / "versions"
+# What a migration may import of app: DDL helpers of app.db that exist for the migrations and
+# only ever grow (a new helper, or a new argument with the old default), so that what they
+# give a revision already written never changes. Anything else (a context, app.config, the
+# models) is copied into the migration as it was at its revision.
+STABLE_HELPERS = frozenset(
+    {
+        "app.db.triggers",  # the append-only and refuse-replace triggers' DDL
+        "app.db.fulltext",  # the keyword index's DDL
+        "app.db.base",  # UtcDateTime, the column type every timestamp is stored as
+    }
+)
+
+
+def _allowed_in_a_migration(name: str) -> bool:
+    return not (name == "app" or name.startswith("app.")) or any(
+        name == helper or name.startswith(helper + ".") for helper in STABLE_HELPERS
+    )
+
+
+def migration_offenders(versions: Path) -> dict[str, list[str]]:
+    """Each migration in ``versions`` with what it imports of app beyond the stable helpers
+    (``from app.db import triggers`` counts as ``app.db.triggers``)."""
+    offenders: dict[str, list[str]] = {}
+    for path in sorted(versions.glob("*.py")):
+        names = imported(path, package="app.db.migrations.versions")
+        # ``from app.db import triggers`` names the package too; the helper is what it takes.
+        taken = {n for n in names if not any(m.startswith(n + ".") for m in names)}
+        bad = sorted(n for n in taken if not _allowed_in_a_migration(n))
+        if bad:
+            offenders[path.name] = bad
+    return offenders
+
+
+def test_migrations_are_frozen() -> None:
+    assert len(list(VERSIONS.glob("*.py"))) >= 11
+    assert migration_offenders(VERSIONS) == {}
+
+
+def test_the_migration_check_sees_a_live_import(tmp_path: Path) -> None:
+    (tmp_path / "0001_ok.py").write_text(
+        "import sqlalchemy as sa\nfrom app.db import triggers\n"
+        "from app.db.base import UtcDateTime\n"
+    )
+    (tmp_path / "0002_live.py").write_text(
+        "from app.db import triggers\ndef upgrade():\n    from app.audit import chain\n"
+    )
+    (tmp_path / "0003_config.py").write_text("from app.config import audit_key_from_env\n")
+    assert migration_offenders(tmp_path) == {
+        "0002_live.py": ["app.audit.chain"],
+        "0003_config.py": ["app.config.audit_key_from_env"],
+    }
