@@ -85,8 +85,8 @@ def create_app(
         if freeze_heap:
             # What a started server holds (the model, the index, the engines, the imported
             # code) lives as long as the process: frozen, a full collection no longer walks
-            # it. Under load one came every ~30 s and stalled every call in flight for
-            # 130-185 ms; 2-15 ms frozen (docs/PERFORMANCE.md).
+            # it, and no longer stalls every call in flight (docs/performance-history.md,
+            # "The collector's full collections").
             gc.collect()
             gc.freeze()
         try:

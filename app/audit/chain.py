@@ -18,8 +18,8 @@ lock, one read of the head and one INSERT, whatever the number of entries:
   committed append left, and appends after it without reading it: ``seq`` is the primary key
   and has no gaps, so when another engine or process appended since, the first entry's
   ``seq`` is taken and the INSERT fails as a whole (nothing written); the head is then read
-  and the entries linked after it. A statement saved in every audited write transaction
-  (~0.25 ms of the write lock's time). On the server's engines (app.db.sqlite_driver) the
+  and the entries linked after it. A statement saved in every audited write transaction, and
+  so time under the write lock. On the server's engines (app.db.sqlite_driver) the
   entries are linked after that head in the hook (when the engine has no head yet, as after a
   start, on the driver's worker thread after reading it), and inserted on that thread in the
   same hand-off as COMMIT (where a stale head is read and the entries linked anew), so the
@@ -188,8 +188,7 @@ def _write_pending(session: Session) -> None:
     driver: Any = conn.connection.dbapi_connection  # typed as the DBAPI protocol
     if isinstance(driver, OneHopConnection):  # the server's engines: in the COMMIT's hand-off
         # Linked here, on the thread that computed the digests, where hashing is still in
-        # the CPU's caches: measured in real announcements, the worker's part fell by ~50 µs
-        # and this hook's rose by ~20 (PERFORMANCE.md).
+        # the CPU's caches: the worker thread's share, under the write lock, is smaller.
         known = _heads.get(conn.engine)
         linked = link(known, entries, secret) if known is not None else None
         driver.run_before_commit(

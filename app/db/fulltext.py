@@ -127,8 +127,8 @@ def _pg_tables() -> list[str]:
 
 def _pg_index() -> list[str]:
     # fastupdate off: an insert updates the index itself instead of a pending list, which
-    # every search would otherwise read through until a vacuum merged it (0.5 ms per phrase
-    # at 2,000 decisions, and the planner then preferred a full scan).
+    # every search would otherwise read through until a vacuum merged it (and the planner
+    # then preferred a full scan).
     return [
         f"CREATE INDEX {PG_INDEX} ON {TABLE} USING GIN (document) WITH (fastupdate = off)",
         f"ANALYZE {TABLE}",

@@ -3,14 +3,15 @@
 Concurrent recordDecision calls are written together: one transaction (one INSERT per table,
 one COMMIT) and one outbox pass (one batch of YAML files, one index upsert). On SQLite every
 write transaction holds the database's single write lock, and a transaction of one decision
-held it for ~11 round trips through the event loop; a group now holds it once for all the
+held it for many round trips through the event loop; a group holds it once for all the
 calls that queued while the previous group was written (and, after one turn of the event
 loop, the calls whose requests arrived with the first). A lone call is a group of one.
 
 While more calls are waiting to be committed, a committed group's outbox pass waits for
-the next group's commit and both go together (up to MAX_GROUP decisions): one index upsert
-costs ~5 ms plus ~1 ms per decision and holds the interpreter lock, so fewer, larger ones
-leave more time to everything else. When nothing waits, the pass starts at once.
+the next group's commit and both go together (up to MAX_GROUP decisions): an index upsert
+has a fixed cost besides its cost per decision, and holds the interpreter lock, so fewer,
+larger ones leave more time to everything else. When nothing waits, the pass starts at once
+(docs/ARCHITECTURE.md, "Transactions").
 
 Each call keeps its own outcome. When a group's transaction fails (a drawn id collides with
 a stored one, say), every call in it is written again alone, in a transaction of its own that
@@ -100,9 +101,8 @@ class RecordWriter:
             built: _Committed = []
             try:
                 # One turn of the loop first: calls whose requests have already arrived reach
-                # the queue and join this group. Without it the first of 8 clients' calls was
-                # committed alone and the other 7 waited for that commit (~36 ms under load)
-                # before theirs; now 8 usually go together (docs/PERFORMANCE.md).
+                # the queue and join this group, instead of waiting for the commit of a first
+                # call that came alone.
                 await asyncio.sleep(0)
                 group = [self._queue.popleft() for _ in range(min(MAX_GROUP, len(self._queue)))]
                 committed = await self._commit_group(group, built)

@@ -160,8 +160,7 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
     ]
     # Both audit digests here, one after the other and before the first statement (which
     # takes SQLite's write lock): the second runs while the first has left the canonical
-    # form's code and tables in the CPU's caches: the intent's took ~80 µs instead of ~160
-    # when it came after the inserts (PERFORMANCE.md).
+    # form's code and tables in the CPU's caches, and neither runs under the lock.
     staged.entry  # noqa: B018  (computed and kept for store())
     announcement = Announcement(
         staged,

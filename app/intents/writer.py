@@ -6,12 +6,12 @@ or more announcements in a transaction: one INSERT per table for all of them, an
 for each that carries a correlation id of the caller's (a retry may have taken it).
 
 On SQLite every write transaction holds the database's only write lock from its first
-statement to its COMMIT. Written in the call's own transaction, an announcement held it for
-~10 ms with 8 clients announcing (each hand-off to the driver's thread waits for the event
-loop's next turn, which the other calls' searches keep busy), and the lock was held ~93% of
-the time: throughput was the lock's. ``IntentWriter`` writes the announcements that queued
-while the previous group was written in one transaction, which takes the lock once for all
-of them (docs/PERFORMANCE.md). A lone call is a group of one. Postgres has
+statement to its COMMIT. Written in the call's own transaction, an announcement held it
+across several hand-offs to the driver's thread, each waiting for the event loop's next turn
+(which the other calls' searches keep busy): with several clients announcing, throughput was
+the lock's. ``IntentWriter`` writes the announcements that queued while the previous group
+was written in one transaction, which takes the lock once for all of them. A lone call is a
+group of one. Postgres has
 no such lock; there each announcement writes in its own call's transaction.
 
 Each call keeps its own outcome: when a group's transaction fails, each of its announcements

@@ -25,8 +25,8 @@ MAX_FLUSH_ENTRIES = 256  # well under Chroma's max batch (5461) and keeps a flus
 PREPARED_LIMIT = 2048  # prepared vectors kept at most (oldest dropped first)
 # Texts are prepared one at a time by up to two workers at once (each runs the embedder's
 # one-thread session), so each decision's vector is ready as soon as a core can make it:
-# a decision's text (~45 tokens) costs the same per text alone or in a batch of eight
-# (8.0 vs 8.4 ms), and a batch would make its first text wait for its last.
+# a decision's text costs about the same per text alone as in a batch, and a batch would
+# make its first text wait for its last (docs/ARCHITECTURE.md, "Search").
 PREPARE_WORKERS = 2
 PREPARE_BATCH = 1
 

@@ -50,16 +50,13 @@ T = TypeVar("T")
 CONNECT_TIMEOUT_S = 2.0
 REQUEST_TIMEOUT_S = 5.0
 # How many writes Chroma keeps in its index before it persists it. Every single upsert costs
-# more the more writes are waiting (Chroma 1.5, 10,000 vectors: ~6 ms right after a persist,
-# ~25 ms with 900 waiting, at the default of 1000), while a persist of 10,000 vectors costs
-# ~15 ms once. At 100 a single upsert stays at ~6 ms.
+# more the more writes are waiting, while a persist costs little once: a low threshold keeps
+# each upsert near its cost right after a persist (docs/performance-history.md).
 SYNC_THRESHOLD = 100
-# How many candidates the HNSW graph search keeps (hnswlib's ef at query time). At Chroma's
-# default of 100 the index returned 99.0% of the exact top 10 on the quality benchmark
-# (2,000 decisions; 7 of 10 for the worst query) and 96.6% at 10,000 (4 of 10); at 400,
-# 99.9% (9 of 10) and 99.2% (8 of 10), for ~0.6 ms more per query at 10,000 (800: 99.6%,
-# ~1.5 ms more). A denser graph (max_neighbors 32, ef_construction 200) did as well for
-# less query time, but made every upsert 2-3x slower (docs/QUALITY.md). Chroma reads it
+# How many candidates the HNSW graph search keeps (hnswlib's ef at query time). Chroma's
+# default of 100 lost a share of the exact top 10 at 10,000 decisions on the quality
+# benchmark; 400 keeps nearly all of it for a little more query time, and a denser graph
+# made every upsert slower instead (docs/QUALITY.md has the recall figures). Chroma reads it
 # when it opens the index, so a collection made before this was set gets it at the next
 # start (see ``_tuned``).
 EF_SEARCH = 400
@@ -340,7 +337,7 @@ def replace(
     """Upsert so that the new metadata *replaces* the old (Chroma's upsert merges).
 
     No document text is stored: SQL holds it, searches never read it back, and Chroma's
-    full-text indexing of it cost ~1.5 ms of every upsert."""
+    full-text indexing of it is a cost of every upsert."""
     old = collection.get(ids=ids, include=["metadatas"])
     # Chroma's lists are parallel (entry n of each is record n); a record may have no metadata.
     old_metadatas: Sequence[Mapping[str, Any] | None] = old["metadatas"] or [None] * len(old["ids"])

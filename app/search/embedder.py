@@ -94,22 +94,19 @@ class OnnxMiniLMEmbedder:
     ) -> None:
         """Verify both files (pass ``None`` as a hash to skip that check), then load them.
 
-        ``intra_op_threads`` (for ``embed`` unless ``crowded``) defaults to 2, measured on the
-        2-core target (one caller): 1 thread: short text 4.0 ms, batch of 32 188 ms; 2
-        threads: 2.7 ms and 100 ms. ``bulk_threads`` (for ``embed_many``, and for ``embed``
-        when ``crowded``) defaults to 1: a decision's text (~45 tokens) costs 8.0
-        ms of CPU on one thread and 11.2 ms on two (5.7 ms of wall time), so work that is off a
-        caller's path (embedding recorded decisions) leaves the other core to the rest of the
-        server. ``crowded`` says whether other work shares the cores now (the server: more than
-        one call in flight); then ``embed`` runs on ``bulk_threads`` too, since a second thread
-        only adds CPU when no core is free (announceIntent with 8 clients: 20-35% less server
-        CPU per call, docs/PERFORMANCE.md).
+        ``intra_op_threads`` (for ``embed`` unless ``crowded``) defaults to 2: on the 2-core
+        target a lone caller's query is faster on two threads. ``bulk_threads`` (for
+        ``embed_many``, and for ``embed`` when ``crowded``) defaults to 1: a second thread costs
+        more CPU than it saves wall time, so work that is off a caller's path (embedding
+        recorded decisions) leaves the other core to the rest of the server. ``crowded`` says
+        whether other work shares the cores now (the server: more than one call in flight);
+        then ``embed`` runs on ``bulk_threads`` too, since a second thread only adds CPU when
+        no core is free (docs/ARCHITECTURE.md, "Search").
 
         With more than one thread, onnxruntime's worker threads spin between the operators of a
         run (which keeps a run fast) and by default go on spinning after it, with nothing left
-        to do (45-58 ms of CPU in the 200 ms after a query's embedding, on the 2-core target).
-        They stop at the end of each run here (``session.force_spinning_stop``), with the same
-        latency (docs/PERFORMANCE.md, history item 10).
+        to do, burning a core. They stop at the end of each run here
+        (``session.force_spinning_stop``), with the same latency.
         """
         model_path, tokenizer_path = Path(model_path), Path(tokenizer_path)
         _verify(model_path, model_sha256, "model file")
