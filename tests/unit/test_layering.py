@@ -22,11 +22,7 @@ FACES = (
     "app.rpc",
     "app.mcp",
     "app.system",
-    "app.client",
     "app.cli",
-    "app.cli_audit",
-    "app.cli_db",
-    "app.cli_support",
     "app.asgi",
 )
 
