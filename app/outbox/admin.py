@@ -7,11 +7,10 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple, TypedDict
 
-from sqlalchemy import func, select, update
-
-from app.db.outbox import OutboxEvent, Status, updated
+from app.db.outbox import OutboxEvent, Status
 from app.runtime import iso
 
+from . import repository
 from .failures import FailureKind
 
 if TYPE_CHECKING:
@@ -38,10 +37,7 @@ class Progress(NamedTuple):
 
 async def counts(services: Services) -> Counts:
     async with services.db.transaction(write=False) as session:
-        rows = await session.execute(
-            select(OutboxEvent.status, func.count()).group_by(OutboxEvent.status)
-        )
-        found: dict[str, int] = dict(rows.all())
+        found = await repository.count_by_status(session)
     return Counts(
         pending=found.get(Status.PENDING, 0),
         dead=found.get(Status.DEAD, 0),
@@ -70,12 +66,7 @@ async def progress_of(services: Services, decision_ids: Sequence[str]) -> Progre
     rows: list[tuple[str, int, datetime]] = []
     async with services.db.transaction(write=False) as session:
         for start in range(0, len(decision_ids), _CHUNK):
-            result = await session.execute(
-                select(OutboxEvent.status, OutboxEvent.attempts, OutboxEvent.available_at).where(
-                    OutboxEvent.decision_id.in_(decision_ids[start : start + _CHUNK])
-                )
-            )
-            rows.extend(result.all())
+            rows.extend(await repository.states_of(session, decision_ids[start : start + _CHUNK]))
     return progress(rows, now)
 
 
@@ -83,18 +74,7 @@ async def retry_dead(services: Services) -> int:
     """Re-queue dead events (``cstp outbox retry``), due now; wakes this process's relay."""
     now = services.runtime.now()
     async with services.db.transaction(write=True) as session:
-        revived = await updated(
-            session,
-            update(OutboxEvent)
-            .where(OutboxEvent.status == Status.DEAD)
-            .values(
-                status=Status.PENDING,
-                attempts=0,
-                unknown_failures=0,
-                failure_kind=None,
-                available_at=now,
-            ),
-        )
+        revived = await repository.requeue_dead(session, now)
     services.relay.wakeup.set()
     return revived
 
@@ -123,14 +103,7 @@ async def describe(services: Services, limit: int = 50) -> list[str]:
     total = await counts(services)
     lines = [f"pending: {total['pending']}  dead: {total['dead']}  done: {total['done']}"]
     async with services.db.transaction(write=False) as session:
-        rows = await session.scalars(
-            select(OutboxEvent)
-            .where(OutboxEvent.status.in_([Status.PENDING, Status.DEAD]))
-            # dead ones first: they are what needs an operator
-            .order_by((OutboxEvent.status == Status.DEAD).desc(), OutboxEvent.id)
-            .limit(limit)
-        )
-        for e in rows:
+        for e in await repository.pending_and_dead(session, limit):
             reason = why(e)
             lines.append(
                 f"#{e.id} {e.status:<7} {e.kind:<6} decision {e.decision_id} "

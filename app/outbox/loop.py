@@ -21,11 +21,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.outbox import EventKind, OutboxEvent, Status, updated
+from app.db.outbox import EventKind, Status
 
+from . import repository
 from .events import Event, RelayStats, Results, Settlement, settle
 from .failures import NOT_RUN, FailureKind
 from .handlers import Exports, run_events
@@ -116,17 +116,7 @@ class BackgroundRelay:
         now = self.runtime.now()
         try:
             async with self.db.transaction(write=True) as session:
-                revived = await updated(
-                    session,
-                    update(OutboxEvent)
-                    .where(
-                        OutboxEvent.status == Status.PENDING,
-                        OutboxEvent.kind.in_(kinds),
-                        OutboxEvent.failure_kind == FailureKind.TRANSIENT,
-                        OutboxEvent.available_at > now,
-                    )
-                    .values(available_at=now),
-                )
+                revived = await repository.make_waiting_due(session, kinds, now)
         except BaseException:
             self._back.update(kinds)
             self._recovered.update(recovered)
@@ -206,27 +196,7 @@ class BackgroundRelay:
         now = self.runtime.now()
         horizon = max(now, leased_until) if leased_until is not None else now
         async with self.db.transaction(write=True) as session:
-            query = (
-                select(
-                    OutboxEvent.id,
-                    OutboxEvent.kind,
-                    OutboxEvent.decision_id,
-                    OutboxEvent.attempts,
-                    OutboxEvent.unknown_failures,
-                )
-                .where(OutboxEvent.status == Status.PENDING, OutboxEvent.available_at <= horizon)
-                .order_by(OutboxEvent.id)
-                .limit(limit)
-                .with_for_update(skip_locked=True)
-            )
-            rows = [Event.of(*r) for r in (await session.execute(query)).all()]
-            if rows:
-                await session.execute(
-                    update(OutboxEvent)
-                    .where(OutboxEvent.id.in_([r.id for r in rows]))
-                    .values(available_at=now + LEASE, failure_kind=None)
-                )
-        return rows
+            return await repository.claim_due(session, limit, horizon, now + LEASE)
 
     async def _process(self, events: list[Event]) -> RelayStats:
         results = await run_events(self, events)
@@ -249,17 +219,9 @@ class BackgroundRelay:
         now = self.runtime.now()
         settlement = self._settlement(events, results, now)
         if settlement.done:
-            await session.execute(
-                update(OutboxEvent)
-                .where(OutboxEvent.id.in_(settlement.done), OutboxEvent.status == Status.PENDING)
-                .values(
-                    status=Status.DONE,
-                    processed_at=now,
-                    last_error=None,
-                    failure_kind=None,
-                )
-            )
-        for event, failure, after in settlement.failed:
+            await repository.mark_done(session, settlement.done, now)
+        for failed in settlement.failed:
+            event, failure, after = failed
             if after.status == Status.DEAD:
                 log.error(
                     "outbox event #%d (%s of decision %s) is dead: %s",
@@ -268,16 +230,5 @@ class BackgroundRelay:
                     event.decision_id,
                     failure.error,
                 )
-            await session.execute(
-                update(OutboxEvent)
-                .where(OutboxEvent.id == event.id, OutboxEvent.status == Status.PENDING)
-                .values(
-                    attempts=after.attempts,
-                    unknown_failures=after.unknown_failures,
-                    last_error=failure.error[:2000],
-                    failure_kind=failure.kind,
-                    status=after.status,
-                    available_at=after.available_at,
-                )
-            )
+            await repository.mark_failed(session, failed)
         return settlement

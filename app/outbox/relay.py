@@ -24,12 +24,12 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.decisions import Decision
-from app.db.outbox import EventKind, OutboxEvent, Status, updated
+from app.db.outbox import EventKind, OutboxEvent, Status
 
+from . import repository
 from .events import Event, RelayStats, Results
 from .handlers import Exports, run_events
 from .loop import LEASE, BackgroundRelay
@@ -84,7 +84,7 @@ class Relay(BackgroundRelay):
             )
             for kind in kinds
         ]
-        session.add_all(events)
+        repository.add_events(session, events)
         return events
 
     async def process(
@@ -116,15 +116,8 @@ class Relay(BackgroundRelay):
         lost: set[int] = set()
         async with self.db.transaction(write=True) as session:
             for event in late:
-                renewed = await updated(
-                    session,
-                    update(OutboxEvent)
-                    .where(
-                        OutboxEvent.id == event.id,
-                        OutboxEvent.status == Status.PENDING,
-                        OutboxEvent.available_at == event.available_at,
-                    )
-                    .values(available_at=now + LEASE),
+                renewed = await repository.renew_lease(
+                    session, event.id, event.available_at, now + LEASE
                 )
                 if renewed != 1:
                     lost.add(event.id)

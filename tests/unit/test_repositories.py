@@ -32,7 +32,6 @@ ALLOWED: dict[str, str] = {
         "begin hook, as app/db/engine.py does for the server's engines"
     ),
     "app/search/": "moved by the package-cycle work (issue #37)",
-    "app/outbox/": "moved by the package-cycle work (issue #37)",
 }
 
 BUILDERS = frozenset(
