@@ -21,48 +21,31 @@ divided by the weight of every phrase found, the left-out ones included.
 
 Every filter is applied in the same SQL statement, with the semantics of
 ``app.records.filters`` (``matches``), so the ranking is of matching decisions only.
+
+The statements are app.search.repository.keyword's; this module chooses the phrases and
+scores what they return.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import (
-    ColumnElement,
-    Connection,
-    Float,
-    Select,
-    TextClause,
-    bindparam,
-    column,
-    func,
-    literal_column,
-    select,
-    table,
-    text,
-)
+from sqlalchemy import Connection
 
-from app.db import fulltext
-from app.db.decisions import Decision
 from app.records.filters import SearchFilters
-from app.records.repository import SEARCH_COLUMNS, Brief
+from app.records.repository import Brief
 
-from . import filter_sql
+from .repository import filter_sql
+from .repository import keyword as statements
+from .repository.keyword import MAX_TERMS as MAX_TERMS
+from .repository.keyword import fts5_phrase as fts5_phrase
 
-#: At most this many distinct words of a query are looked up (the first ones).
-MAX_TERMS = 32
 #: The phrases kept match this many decisions at most, together (see the module docstring).
 POSTINGS_BUDGET = 500
 #: A phrase found in more decisions than this is left out (and counted only up to here).
 WORD_CAP = 250
-#: FTS5 bm25() weight of each column (decision, context, reasons, tags).
-BM25_WEIGHTS = (1.0, 1.0, 1.0, 1.0)
-#: The text search configuration of the index (what its triggers use).
-PG_CONFIG = fulltext.PG_CONFIG
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,11 +73,6 @@ def terms(query: str) -> list[str]:
     return list(seen)
 
 
-def fts5_phrase(word: str) -> str:
-    """``word`` as one FTS5 string (a phrase of its tokens): double quotes doubled."""
-    return '"' + word.replace('"', '""') + '"'
-
-
 def search(conn: Connection, query: str, filters: SearchFilters, limit: int) -> list[KeywordHit]:
     """The ``limit`` decisions satisfying ``filters`` that best match ``query``'s words,
     best first (ties: SQLite in index order, Postgres by id). Two statements: the words'
@@ -103,7 +81,7 @@ def search(conn: Connection, query: str, filters: SearchFilters, limit: int) -> 
     if not words or limit < 1:
         return []
     sqlite = conn.dialect.name == "sqlite"
-    counts, decisions = _counts(conn, words, sqlite)
+    counts, decisions = statements.word_counts(conn, words, sqlite, WORD_CAP + 1)
     found = [(n, word) for n, word in zip(counts, words, strict=True) if n]
     if not found:
         return []
@@ -128,57 +106,10 @@ def search(conn: Connection, query: str, filters: SearchFilters, limit: int) -> 
         weight = sum(bm25_idf(decisions, n) for n, _ in found)
         params["words"] = [word for _, word in kept]
         params["weights"] = [bm25_idf(decisions, n) for n, _ in kept]
-    statement = _statement(conn.dialect.name, shape)
     return [
         KeywordHit(Brief(*row[:-1]), float(row[-1]) / weight)
-        for row in conn.execute(statement, params)
+        for row in statements.ranked(conn, shape, params)
     ]
-
-
-# ---------------------------------------------------------------- which words count
-
-
-@functools.lru_cache(maxsize=MAX_TERMS)
-def _sqlite_counts(words: int) -> TextClause:
-    """One statement: the matches of each of ``words`` phrases (``:w0``...), each counted
-    only up to ``:cap`` by an index read that stops there, and the table's row count (its
-    largest key: rows are deleted only with their decision)."""
-    each = ", ".join(
-        f"(SELECT count(*) FROM (SELECT 1 FROM {fulltext.TABLE} "
-        f"WHERE {fulltext.TABLE} MATCH :w{n} LIMIT :cap))"
-        for n in range(words)
-    )
-    return text(f"SELECT {each}, (SELECT coalesce(max(id), 0) FROM {fulltext.KEYS})")
-
-
-@functools.cache
-def _pg_counts() -> TextClause:
-    """The same on Postgres, in one statement whatever the number of words: each word's
-    phrase query (``phraseto_tsquery``: Postgres parses the word, never as query syntax)
-    looked up in the GIN index with the phrase as a run-time key, and the planner's row
-    estimate of the table. A phrase of stop words only (numnode 0) is not looked up."""
-    return text(
-        f"SELECT w.n, (SELECT count(*) FROM (SELECT 1 FROM {fulltext.TABLE} s "
-        f"WHERE s.document @@ w.q LIMIT :cap) AS capped) "
-        f"FROM (SELECT n, phraseto_tsquery('{PG_CONFIG}', word) AS q "
-        f"FROM unnest(CAST(:words AS text[])) WITH ORDINALITY AS u(word, n)) AS w "
-        f"WHERE numnode(w.q) > 0 "
-        f"UNION ALL SELECT 0, greatest(reltuples, 0)::bigint FROM pg_class "
-        f"WHERE oid = '{fulltext.TABLE}'::regclass"
-    )
-
-
-def _counts(conn: Connection, words: Sequence[str], sqlite: bool) -> tuple[list[int], int]:
-    """How many decisions each word's phrase matches (up to WORD_CAP + 1), and how many
-    decisions there are."""
-    cap = WORD_CAP + 1
-    if sqlite:
-        params: dict[str, Any] = {f"w{n}": fts5_phrase(word) for n, word in enumerate(words)}
-        *counts, rows = conn.execute(_sqlite_counts(len(words)), {**params, "cap": cap}).one()
-        return [int(n) for n in counts], int(rows)
-    rows = conn.execute(_pg_counts(), {"words": list(words), "cap": cap}).all()
-    found: dict[int, int] = {int(n): int(count) for n, count in rows}
-    return [found.get(n, 0) for n in range(1, len(words) + 1)], found.get(0, 0)
 
 
 def fts5_idf(rows: int, found: int) -> float:
@@ -191,80 +122,3 @@ def bm25_idf(rows: int, found: int) -> float:
     is never negative (Lucene's): Postgres has no BM25, so its ranking is the sum of these
     over the phrases a decision holds."""
     return math.log(1.0 + (rows - found + 0.5) / (found + 0.5))
-
-
-# ---------------------------------------------------------------- the statements
-
-
-@functools.lru_cache(maxsize=256)
-def _statement(dialect: str, shape: filter_sql.Shape) -> Select[Any]:
-    """The ranked, filtered statement for a dialect and filter shape, built once: building
-    a statement costs more than running it."""
-    if dialect == "sqlite":
-        return _sqlite_statement(shape)
-    return _pg_statement(shape)
-
-
-def _sqlite_statement(shape: filter_sql.Shape) -> Select[Any]:
-    """Ranked by BM25 (ties in index order). Unfiltered, the best ``limit`` are taken from
-    the index before their rows are read; filtered, every match's row is checked first."""
-    fts = table(fulltext.TABLE, column("rowid"))
-    keys = table(fulltext.KEYS, column("id"), column("decision_id"))
-    index: ColumnElement[Any] = literal_column(fulltext.TABLE)
-    weights: list[ColumnElement[Any]] = [literal_column(repr(float(w))) for w in BM25_WEIGHTS]
-    bm25 = func.bm25(index, *weights, type_=Float())
-    match = index.op("MATCH")(bindparam("match"))
-    if filter_sql.is_empty(shape):
-        ranked = (
-            select(fts.c.rowid, bm25.label("rank"))
-            .where(match)
-            .order_by(bm25, fts.c.rowid)
-            .limit(bindparam("limit"))
-            .subquery("ranked")
-        )
-        return (
-            select(*SEARCH_COLUMNS, (-ranked.c.rank).label("score"))
-            .select_from(
-                ranked.join(keys, keys.c.id == ranked.c.rowid).join(
-                    Decision, Decision.id == keys.c.decision_id
-                )
-            )
-            .order_by(ranked.c.rank, ranked.c.rowid)
-        )
-    return (
-        select(*SEARCH_COLUMNS, (-bm25).label("score"))
-        .select_from(
-            fts.join(keys, keys.c.id == fts.c.rowid).join(
-                Decision, Decision.id == keys.c.decision_id
-            )
-        )
-        .where(match, *filter_sql.conditions(shape))
-        .order_by(bm25, fts.c.rowid)
-        .limit(bindparam("limit"))
-    )
-
-
-def _pg_statement(shape: filter_sql.Shape) -> Select[Any]:
-    """Each kept phrase's matches, found in the GIN index with the phrase as a run-time
-    key, weighted by ``:weights``; summed per decision, filtered, best first (ties by id)."""
-    matched = (
-        text(
-            f"SELECT s.decision_id, k.weight FROM unnest(CAST(:words AS text[]), "
-            f"CAST(:weights AS float8[])) AS k(word, weight) "
-            f"JOIN {fulltext.TABLE} s ON s.document @@ phraseto_tsquery('{PG_CONFIG}', k.word)"
-        )
-        .columns(column("decision_id"), column("weight"))
-        .subquery("matched")
-    )
-    scored = (
-        select(matched.c.decision_id, func.sum(matched.c.weight).label("score"))
-        .group_by(matched.c.decision_id)
-        .subquery("scored")
-    )
-    return (
-        select(*SEARCH_COLUMNS, scored.c.score)
-        .select_from(scored.join(Decision, Decision.id == scored.c.decision_id))
-        .where(*filter_sql.conditions(shape))
-        .order_by(scored.c.score.desc(), Decision.id)
-        .limit(bindparam("limit"))
-    )

@@ -14,11 +14,12 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from sqlalchemy import ColumnElement, func, or_, select
+from sqlalchemy import ColumnElement
 
-from app.db.decisions import Decision
 from app.records.entries import index_entry
 from app.records.repository import load_decisions
+
+from .repository import reindex as repository
 
 if TYPE_CHECKING:
     from app.services import Services
@@ -45,12 +46,7 @@ async def _copy(
     last_id: str | None = None
     while True:
         async with services.db.transaction(write=False) as session:
-            query = select(Decision.id).order_by(Decision.id).limit(BATCH)
-            if query_ids is not None:
-                query = query.where(query_ids)
-            if last_id is not None:
-                query = query.where(Decision.id > last_id)
-            ids = list(await session.scalars(query))
+            ids = await repository.ids_after(session, last_id, query_ids, BATCH)
             if not ids:
                 return done
             rows = await load_decisions(session, ids)
@@ -65,7 +61,7 @@ async def reindex(services: Services, progress: Progress | None = None) -> int:
     """Rebuild into a fresh collection, switch it live, catch up; returns the count indexed."""
     started = services.runtime.now() - timedelta(seconds=5)
     async with services.db.transaction(write=False) as session:
-        total = int(await session.scalar(select(func.count()).select_from(Decision)) or 0)
+        total = await repository.count_decisions(session)
     # What an earlier run that failed or was killed left behind: a partial copy, or the old
     # collection renamed aside. Both are derived data that this run rebuilds anyway.
     left = await services.index.drop_collections(LEFTOVER_PREFIXES)
@@ -79,7 +75,7 @@ async def reindex(services: Services, progress: Progress | None = None) -> int:
         count = await _copy(services, target, None, progress, total)
         await target.promote(LIVE_COLLECTION)
         promoted = True
-        touched = or_(Decision.created_at >= started, Decision.reviewed_at >= started)
+        touched = repository.touched_since(started)
         await _copy(services, target, touched, None, 0)
     except BaseException:
         if not promoted:  # a partial copy, useless: best effort, the next run drops it too

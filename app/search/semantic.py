@@ -19,7 +19,7 @@ from app.records import repository
 from app.records.entries import index_metadata
 from app.records.filters import SearchFilters, matches, to_where
 
-from . import filter_sql
+from .repository import filter_sql
 from .types import Hit
 
 OVERFETCH = 10  # extra hits asked of the index, in case some are stale and dropped

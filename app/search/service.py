@@ -30,7 +30,8 @@ from app.records.entries import list_item, reasons_of
 from app.records.filters import SearchFilters
 from app.records.repository import Brief
 
-from . import filter_sql, fusion, keyword, semantic
+from . import fusion, keyword, semantic
+from .repository import filter_sql
 from .schemas import QueryDecisionsParams, QueryFiltersIn
 from .semantic import Match
 from .types import Hit, IndexUnavailable

@@ -31,7 +31,6 @@ ALLOWED: dict[str, str] = {
         "engine plumbing: the BEGIN of the read-only snapshot engine's transactions, in its "
         "begin hook, as app/db/engine.py does for the server's engines"
     ),
-    "app/search/": "moved by the package-cycle work (issue #37)",
 }
 
 BUILDERS = frozenset(

@@ -1,0 +1,36 @@
+"""The reads of ``cstp reindex`` (app.search.reindex): the decision count, and the ids of
+the decisions to copy, a batch at a time in id order. Each runs in the caller's read."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import ColumnElement, func, or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.decisions import Decision
+
+
+async def count_decisions(session: AsyncSession) -> int:
+    return int(await session.scalar(select(func.count()).select_from(Decision)) or 0)
+
+
+def touched_since(started: datetime) -> ColumnElement[bool]:
+    """The decisions recorded or reviewed since ``started`` (for ``ids_after``)."""
+    return or_(Decision.created_at >= started, Decision.reviewed_at >= started)
+
+
+async def ids_after(
+    session: AsyncSession,
+    last_id: str | None,
+    where: ColumnElement[bool] | None,
+    batch: int,
+) -> list[str]:
+    """The next ``batch`` decision ids after ``last_id`` (from the first without it), in id
+    order, of those ``where`` holds for (all without it)."""
+    query = select(Decision.id).order_by(Decision.id).limit(batch)
+    if where is not None:
+        query = query.where(where)
+    if last_id is not None:
+        query = query.where(Decision.id > last_id)
+    return list(await session.scalars(query))
