@@ -45,8 +45,7 @@ async def probe(
     """The query's vector and the index's first answer, in one trip to a worker thread:
     the nearest ``limit + OVERFETCH``, or PROBE times as many when filtered (see
     ``nearest``). Ids and distances only: reading Chroma's metadata costs more than the
-    nearest-neighbour search itself (top-60 at 10,000 decisions: 3.7 ms with metadata, 1.1
-    ms without), and SQL has the last word on every filter anyway."""
+    nearest-neighbour search itself, and SQL has the last word on every filter anyway."""
     wanted = limit + OVERFETCH
     first = wanted if filters.is_empty() else wanted * PROBE
     return await ctx.services.index.query_text(text, limit=first, metadata=False)
@@ -81,10 +80,11 @@ async def nearest(
 
 # A filtered search whose probe held too few matches looks further. Chroma pre-filters a
 # ``where`` query by scanning metadata, which grows with the collection whatever the filter
-# (~9 ms at 10,000 decisions, ~110 ms at 100,000 even for a filter that 500 decisions
-# match), so that comes last: first the ``WIDEN`` x nearest, unfiltered (~6 ms for 480 at
-# 100,000); then, when SQL finds at most ``EXACT_AT_MOST`` decisions that satisfy the
-# filters, those, ranked exactly from their stored vectors (read by id, ~55 µs a vector).
+# (even for a filter that few decisions match), so that comes last: first the ``WIDEN`` x
+# nearest, unfiltered, which costs little more than the probe; then, when SQL finds at most
+# ``EXACT_AT_MOST`` decisions that satisfy the filters, those, ranked exactly from their
+# stored vectors (read by id, cheap for so few); docs/ARCHITECTURE.md, "Search", has the
+# figures.
 
 
 async def wider(ctx: CallContext, vector: list[float], probed: int) -> tuple[list[Hit], bool]:

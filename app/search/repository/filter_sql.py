@@ -87,8 +87,8 @@ def _unindexed(column: InstrumentedAttribute[Any]) -> ColumnElement[Any]:
 def conditions(shape: Shape, *, by_id: bool = False) -> list[ColumnElement[bool]]:
     """The SQL form of ``app.records.filters.matches`` for a shape (values bound later).
     ``by_id`` (SQLite): the rows are looked up by id and the conditions only check them;
-    without it SQLite's planner took the index of a filter (say, a category's ~2,000 rows
-    at 10,000 decisions) over 60 lookups by id, 2 ms instead of 0.2."""
+    without it SQLite's planner took the index of a filter (say, a category's thousands of
+    rows) over a few dozen lookups by id, which is ten times slower."""
     (
         category,
         stakes,
