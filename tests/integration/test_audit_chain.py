@@ -10,15 +10,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import os
 import re
-import signal
-import socket
-import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -42,7 +38,7 @@ from app.db import migrate
 from app.search.embedder import Embedder
 from support.app import TOKENS, Rpc, serve_app
 from support.databases import USE_PG, copy_database, run_sql
-from support.processes import wait_until_up
+from support.processes import cstp_servers
 
 # The commands these tests run in this process use the session's model (conftest).
 pytestmark = pytest.mark.usefixtures("commands_share_the_model")
@@ -855,62 +851,25 @@ async def test_the_migration_chains_existing_rows_in_their_order_of_creation(
 # ---- two server processes on one Postgres database ----------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def servers(database_url: str, tmp_path: Path) -> Iterator[list[str]]:
     """Two ``cstp serve`` processes on the test's Postgres database (embedded index each)."""
     if not USE_PG:
         pytest.skip("several server processes on one database: Postgres")
-    procs: list[subprocess.Popen[bytes]] = []
-    bases = []
-    try:
-        for n in range(2):
-            port = _free_port()
-            env = {
-                **os.environ,
-                "CSTP_DATABASE_URL": database_url,
-                "CSTP_AUDIT_KEY": KEY,
-                "CSTP_AUTH_TOKENS": "alice:token-alice,bob:token-bob",
-                "CSTP_RATE_LIMITS": "default=100000/1",
-                "CSTP_DATA_DIR": str(tmp_path / f"data{n}"),
-                "CSTP_DECISIONS_DIR": str(tmp_path / f"decisions{n}"),
-                "CSTP_LOG_LEVEL": "WARNING",
-            }
-            log = (tmp_path / f"server{n}.log").open("wb")
-            procs.append(
-                subprocess.Popen(
-                    [str(CSTP), "serve", "--host", "127.0.0.1", "--port", str(port)],
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            )
-            bases.append(f"http://127.0.0.1:{port}")
-        for n, (proc, base) in enumerate(zip(procs, bases, strict=True)):
-            wait_until_up(
-                proc,
-                f"{base}/health",
-                120,
-                lambda n=n: (tmp_path / f"server{n}.log").read_text(errors="replace")[-3000:],
-            )
+    settings = [
+        {
+            "CSTP_DATABASE_URL": database_url,
+            "CSTP_AUDIT_KEY": KEY,
+            "CSTP_AUTH_TOKENS": "alice:token-alice,bob:token-bob",
+            "CSTP_RATE_LIMITS": "default=100000/1",
+            "CSTP_DATA_DIR": str(tmp_path / f"data{n}"),
+            "CSTP_DECISIONS_DIR": str(tmp_path / f"decisions{n}"),
+            "CSTP_LOG_LEVEL": "WARNING",
+        }
+        for n in range(2)
+    ]
+    with cstp_servers(tmp_path, settings) as bases:
         yield bases
-    finally:
-        for proc in procs:
-            with suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                with suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
 
 
 @pytest.mark.slow

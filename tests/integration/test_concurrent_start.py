@@ -7,15 +7,14 @@ import asyncio
 import os
 import sys
 import time
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import asyncpg
 import pytest
 
 from app.db import migrate
-from support.databases import PG_URL, USE_PG, pg_admin_dsn, run_sql, with_db
+from support import databases
+from support.databases import run_sql
 
 # Slow: six processes migrating one database together:
 # the fast loop (-m "not slow") leaves it out.
@@ -36,21 +35,8 @@ asyncio.run(migrate.upgrade(sys.argv[1]))
 @pytest.fixture
 async def empty_database(tmp_path: Path) -> AsyncIterator[str]:
     """A database with no tables at all: a new Postgres database, or a SQLite file to be."""
-    if not USE_PG:
-        yield f"sqlite+aiosqlite:///{tmp_path / 'data' / 'cstp.db'}"
-        return
-    name = f"cstp_race_{uuid.uuid4().hex[:10]}"
-    conn = await asyncpg.connect(pg_admin_dsn(PG_URL))
-    try:
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-    yield with_db(PG_URL, name)
-    conn = await asyncpg.connect(pg_admin_dsn(PG_URL))
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await conn.close()
+    async with databases.empty_database(tmp_path, "cstp_race") as url:
+        yield url
 
 
 async def test_processes_upgrading_a_fresh_database_together_all_succeed(

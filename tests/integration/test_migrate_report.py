@@ -7,15 +7,13 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import asyncpg
 import pytest
 
 from app.db import migrate
-from support.databases import PG_URL, USE_PG, pg_admin_dsn, with_db
+from support import databases
 
 # Slow: four processes migrating one database together.
 pytestmark = pytest.mark.slow
@@ -37,21 +35,8 @@ run(lambda: ensure_schema(sys.argv[1], upgrade_older=True))
 @pytest.fixture
 async def empty_database(tmp_path: Path) -> AsyncIterator[str]:
     """A database with no tables at all: a new Postgres database, or a SQLite file to be."""
-    if not USE_PG:
-        yield f"sqlite+aiosqlite:///{tmp_path / 'data' / 'cstp.db'}"
-        return
-    name = f"cstp_report_{uuid.uuid4().hex[:10]}"
-    conn = await asyncpg.connect(pg_admin_dsn(PG_URL))
-    try:
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-    yield with_db(PG_URL, name)
-    conn = await asyncpg.connect(pg_admin_dsn(PG_URL))
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await conn.close()
+    async with databases.empty_database(tmp_path, "cstp_report") as url:
+        yield url
 
 
 async def test_only_the_process_that_created_the_tables_says_so(empty_database: str) -> None:

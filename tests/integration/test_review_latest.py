@@ -12,13 +12,8 @@ settled only when its pass ends, which no test can wait for."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import socket
-import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import suppress
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -41,7 +36,7 @@ from app.runtime import Runtime, iso
 from app.search.embedder import Embedder
 from support.app import SEED_DECISION, Rpc, serve_app
 from support.databases import USE_PG
-from support.processes import wait_until_up
+from support.processes import cstp_servers
 
 T0 = datetime(2026, 5, 4, 10, 30, 0, tzinfo=UTC)
 JUST_AFTER = timedelta(microseconds=1)
@@ -219,12 +214,6 @@ async def test_cstp_export_repairs_files_that_diverged_from_their_rows(
 # ---- concurrent reviews through two server processes on one Postgres database ---------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def two_servers(database_url: str, tmp_path: Path) -> Iterator[tuple[list[str], Path]]:
     """Two ``cstp serve`` processes on the test's Postgres database writing one YAML tree
@@ -232,50 +221,19 @@ def two_servers(database_url: str, tmp_path: Path) -> Iterator[tuple[list[str], 
     if not USE_PG:
         pytest.skip("several server processes on one database: Postgres")
     tree = tmp_path / "decisions"
-    procs: list[subprocess.Popen[bytes]] = []
-    bases = []
-    try:
-        for n in range(2):
-            port = _free_port()
-            env = {
-                **os.environ,
-                "CSTP_DATABASE_URL": database_url,
-                "CSTP_AUTH_TOKENS": "alice:token-alice,bob:token-bob",
-                "CSTP_RATE_LIMITS": "default=100000/1",
-                "CSTP_DATA_DIR": str(tmp_path / f"data{n}"),
-                "CSTP_DECISIONS_DIR": str(tree),
-                "CSTP_LOG_LEVEL": "WARNING",
-            }
-            log = (tmp_path / f"server{n}.log").open("wb")
-            procs.append(
-                subprocess.Popen(
-                    [str(CSTP), "serve", "--host", "127.0.0.1", "--port", str(port)],
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            )
-            bases.append(f"http://127.0.0.1:{port}")
-        for n, (proc, base) in enumerate(zip(procs, bases, strict=True)):
-            wait_until_up(
-                proc,
-                f"{base}/health",
-                120,
-                lambda n=n: (tmp_path / f"server{n}.log").read_text(errors="replace")[-3000:],
-            )
+    settings = [
+        {
+            "CSTP_DATABASE_URL": database_url,
+            "CSTP_AUTH_TOKENS": "alice:token-alice,bob:token-bob",
+            "CSTP_RATE_LIMITS": "default=100000/1",
+            "CSTP_DATA_DIR": str(tmp_path / f"data{n}"),
+            "CSTP_DECISIONS_DIR": str(tree),
+            "CSTP_LOG_LEVEL": "WARNING",
+        }
+        for n in range(2)
+    ]
+    with cstp_servers(tmp_path, settings) as bases:
         yield bases, tree
-    finally:
-        for proc in procs:
-            with suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                with suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
 
 
 ROUNDS = 20

@@ -54,6 +54,29 @@ async def copy_database(template_db: str, folder: Path) -> AsyncIterator[str]:
         yield f"sqlite+aiosqlite:///{path}"
 
 
+@asynccontextmanager
+async def empty_database(folder: Path, prefix: str) -> AsyncIterator[str]:
+    """A database with no tables at all: a new Postgres database named ``prefix`` and a random
+    suffix (dropped afterwards), or a SQLite file to be under ``folder``/data."""
+    if not USE_PG:
+        yield f"sqlite+aiosqlite:///{folder / 'data' / 'cstp.db'}"
+        return
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    conn = await asyncpg.connect(pg_admin_dsn(PG_URL))
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    try:
+        yield with_db(PG_URL, name)
+    finally:
+        conn = await asyncpg.connect(pg_admin_dsn(PG_URL))
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await conn.close()
+
+
 async def run_sql(url: str, statement: str, **params: Any) -> list[dict[str, Any]]:
     """One statement on its own connection, as an auditor would run it."""
     engine = create_async_engine(url)

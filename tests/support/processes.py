@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +74,54 @@ class ChromaServer:
         with suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
+
+
+CSTP = Path(sys.executable).with_name("cstp")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def cstp_servers(folder: Path, settings: Sequence[Mapping[str, str]]) -> Iterator[list[str]]:
+    """One ``cstp serve`` process per item of ``settings`` (its CSTP_* variables, over this
+    process's environment), each on a free loopback port, logging to ``folder``/serverN.log;
+    their base URLs once every one answers /health. Stopped (SIGTERM, then SIGKILL) after."""
+    procs: list[subprocess.Popen[bytes]] = []
+    bases: list[str] = []
+    try:
+        for n, own in enumerate(settings):
+            port = free_port()
+            log = (folder / f"server{n}.log").open("wb")
+            procs.append(
+                subprocess.Popen(
+                    [str(CSTP), "serve", "--host", "127.0.0.1", "--port", str(port)],
+                    env={**os.environ, **own},
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+            bases.append(f"http://127.0.0.1:{port}")
+        for n, (proc, base) in enumerate(zip(procs, bases, strict=True)):
+            wait_until_up(
+                proc,
+                f"{base}/health",
+                120,
+                lambda n=n: (folder / f"server{n}.log").read_text(errors="replace")[-3000:],
+            )
+        yield bases
+    finally:
+        for proc in procs:
+            with suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                with suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
