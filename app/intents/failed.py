@@ -27,7 +27,7 @@ from typing import Any
 
 from app.audit.chain import append
 from app.db.intents import Intent
-from app.errors import CstpError
+from app.errors import RATE_LIMITED, CstpError
 from app.operations.context import CallContext
 
 from . import repository
@@ -52,7 +52,7 @@ async def record_failure(ctx: CallContext, raw: dict[str, Any], error: CstpError
         correlation_id=correlation[:CORRELATION_CHARS] if isinstance(correlation, str) else "",
         agent=ctx.agent,
         received_at=ctx.services.runtime.now(),
-        outcome="rate_limited" if error.code == -32002 else "failed",
+        outcome="rate_limited" if error.code == RATE_LIMITED else "failed",
         error_code=error.code,
         intent=bounded_text(raw.get("intent")),
         context=bounded_text(raw.get("context")),
