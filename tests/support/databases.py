@@ -31,40 +31,13 @@ def with_db(url: str, name: str) -> str:
 
 
 @asynccontextmanager
-async def copy_database(template_db: str, folder: Path) -> AsyncIterator[str]:
-    """A fresh database copied from the migrated template (dropped afterwards on Postgres)."""
-    if USE_PG:
-        name = f"cstp_t_{uuid.uuid4().hex[:12]}"
-        conn = await asyncpg.connect(pg_admin_dsn(PG_URL))
-        try:
-            await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-        finally:
-            await conn.close()
-        try:
-            yield with_db(PG_URL, name)
-        finally:
-            conn = await asyncpg.connect(pg_admin_dsn(PG_URL))
-            try:
-                await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            finally:
-                await conn.close()
-    else:
-        path = folder / "cstp.db"
-        shutil.copyfile(template_db, path)
-        yield f"sqlite+aiosqlite:///{path}"
-
-
-@asynccontextmanager
-async def empty_database(folder: Path, prefix: str) -> AsyncIterator[str]:
-    """A database with no tables at all: a new Postgres database named ``prefix`` and a random
-    suffix (dropped afterwards), or a SQLite file to be under ``folder``/data."""
-    if not USE_PG:
-        yield f"sqlite+aiosqlite:///{folder / 'data' / 'cstp.db'}"
-        return
-    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+async def _pg_database(prefix: str, template: str | None = None) -> AsyncIterator[str]:
+    """A new Postgres database (from ``template`` when given) for the duration; its URL."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    made_from = f' TEMPLATE "{template}"' if template else ""
     conn = await asyncpg.connect(pg_admin_dsn(PG_URL))
     try:
-        await conn.execute(f'CREATE DATABASE "{name}"')
+        await conn.execute(f'CREATE DATABASE "{name}"{made_from}')
     finally:
         await conn.close()
     try:
@@ -75,6 +48,29 @@ async def empty_database(folder: Path, prefix: str) -> AsyncIterator[str]:
             await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         finally:
             await conn.close()
+
+
+@asynccontextmanager
+async def copy_database(template_db: str, folder: Path) -> AsyncIterator[str]:
+    """A fresh database copied from the migrated template (dropped afterwards on Postgres)."""
+    if USE_PG:
+        async with _pg_database("cstp_t", template_db) as url:
+            yield url
+    else:
+        path = folder / "cstp.db"
+        shutil.copyfile(template_db, path)
+        yield f"sqlite+aiosqlite:///{path}"
+
+
+@asynccontextmanager
+async def empty_database(folder: Path, prefix: str) -> AsyncIterator[str]:
+    """A database with no tables at all: a new Postgres database named ``prefix`` and a random
+    suffix (dropped afterwards), or a SQLite file to be under ``folder``/data."""
+    if USE_PG:
+        async with _pg_database(prefix) as url:
+            yield url
+    else:
+        yield f"sqlite+aiosqlite:///{folder / 'data' / 'cstp.db'}"
 
 
 async def run_sql(url: str, statement: str, **params: Any) -> list[dict[str, Any]]:
