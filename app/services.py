@@ -36,8 +36,7 @@ class Services:
     index: VectorIndex
     relay: Relay
     recorder: RecordWriter
-    # SQLite: announcements' audit rows, group-committed; Postgres: None (each call writes its own)
-    announcer: IntentWriter | None
+    announcer: IntentWriter  # announcements' audit rows, committed in batches
     calls: Calls  # the calls in flight; the embedder reads them (``crowded``)
     started_at: float = field(default_factory=time.monotonic)
     background: list[asyncio.Task[None]] = field(default_factory=list)
@@ -50,8 +49,7 @@ class Services:
                 await task
         self.background.clear()
         await self.recorder.drain()
-        if self.announcer is not None:
-            await self.announcer.drain()
+        await self.announcer.drain()
         await self.relay.flush()
         await self.limiter.close()
         await self.index.aclose()
@@ -80,5 +78,5 @@ def build_services(
     use_key(db.write_engine, settings.audit_key)  # the audit chain's entries (docs/AUDIT.md)
     relay = Relay(db, index, settings, runtime, exports=decision_exports())
     recorder = RecordWriter(db, relay, runtime)
-    announcer = IntentWriter(db) if db.is_sqlite else None
+    announcer = IntentWriter(db)
     return Services(settings, runtime, db, limiter, rules, index, relay, recorder, announcer, calls)

@@ -19,8 +19,6 @@ from .schemas import (
 
 
 def register(registry: Registry) -> None:
-    # The call's own session only reads (the announced intent); the rows are committed by the
-    # group writer in transactions of its own.
     registry.add(
         Operation(
             "cstp.recordDecision",
@@ -33,7 +31,7 @@ def register(registry: Registry) -> None:
             "can be measured. Call it after deciding, ideally with the correlationId of the "
             "announce_intent call that preceded it. Answers the decision's id (keep it to review "
             "the decision later) and whether it is already searchable.",
-            writes=False,
+            transaction=False,  # app.decisions.writer commits its rows in batches
             tool="record_decision",
         )
     )

@@ -13,7 +13,7 @@ from typing import Any
 from app.db.decisions import Decision, DecisionReason, DecisionTag
 from app.errors import GUARDRAIL_EVAL_FAILED, CstpError, invalid_params
 from app.guardrails.service import Request, Staged, evaluate_request
-from app.intents.repository import intent_for_decision
+from app.intents.repository import stored as stored_intent
 from app.operations.context import CallContext
 from app.records.entries import index_text
 from app.runtime import iso
@@ -45,7 +45,7 @@ async def _link_intent(ctx: CallContext, p: RecordDecisionParams) -> dict[str, A
     """The announced intent's link and pre-decision facts, as taken from what was recorded."""
     if p.correlation_id is None:
         return {}
-    intent = await intent_for_decision(ctx, p.correlation_id)
+    intent = await stored_intent(ctx, p.correlation_id)
     if intent is None:
         raise invalid_params(
             "correlationId", "no intent with this correlationId was announced by this agent"

@@ -25,6 +25,7 @@ def register(registry: Registry) -> None:
             "the action (allowed false means do not proceed), and concrete suggestions. Pass a "
             "correlationId of your own (or keep the one returned) and give it to record_decision "
             "once you have decided.",
+            transaction=False,  # app.intents.writer commits its rows in batches
             on_failure=record_failure,
             # no QueryFailed: while the vector index is down it answers from keyword search
             errors=(GUARDRAIL_EVAL_FAILED, CONFLICT),

@@ -45,25 +45,16 @@ def _read_stored(conn: Connection, *, agent: str, correlation_id: str) -> Stored
     return conn.execute(_STORED, {"agent": agent, "cid": correlation_id}).first()
 
 
-async def stored(
-    ctx: CallContext, correlation_id: str, *, in_call: bool = True
-) -> StoredIntent | None:
-    """This agent's successful announcement with ``correlation_id``, if any (one indexed read).
+async def stored(ctx: CallContext, correlation_id: str) -> StoredIntent | None:
+    """This agent's successful announcement with ``correlation_id``, if any (one indexed read):
+    its ``id``, ``similar_found`` and ``allowed``.
 
-    Read by ``Database.read``: on SQLite on a read connection, so announceIntent does not take
-    the write lock before its search; on Postgres in the call's own transaction, or with
-    ``in_call=False`` in a short one of its own, for a caller that goes on to wait for other
-    transactions (recordDecision waits for the group writer, which needs a connection of
-    the same pool)."""
+    Read by ``Database.read``: on SQLite on a read connection, so it never takes the write
+    lock; on Postgres in the call's transaction when it has one, else (announceIntent,
+    recordDecision: they commit in batches) in a short one of its own, which ends before
+    the call waits for its batch."""
     work = functools.partial(_read_stored, agent=ctx.agent, correlation_id=correlation_id)
-    return await ctx.services.db.read(work, session=ctx.session if in_call else None)
-
-
-async def intent_for_decision(ctx: CallContext, correlation_id: str) -> StoredIntent | None:
-    """The successful announcement of this agent with ``correlation_id``, if any: its
-    ``id``, ``similar_found`` and ``allowed``. Read in a transaction of its own, which ends
-    before the decision's rows are handed to the group writer."""
-    return await stored(ctx, correlation_id, in_call=False)
+    return await ctx.services.db.read(work, session=ctx.open_session)
 
 
 # --- the writes: an announcement's rows, and the row of a refused one ---------------------

@@ -24,7 +24,7 @@ from app.search.service import Found, similar
 
 from . import repository, suggestions
 from .schemas import AnnounceIntentParams
-from .writer import Announcement, write_rows
+from .writer import Announcement
 
 if TYPE_CHECKING:
     from .repository import StoredIntent
@@ -169,11 +169,7 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
         covered("intents", row, {"intent_matches": matches}),
         callers_correlation=p.correlation_id is not None,
     )
-    writer = ctx.services.announcer
-    if writer is not None:  # SQLite: written with the announcements queued beside it
-        written = await writer.write(announcement)
-    else:
-        (written,) = await write_rows(ctx.session, [announcement])
+    written = await ctx.services.announcer.write(announcement)
     if not written:
         # A concurrent retry with the same correlationId committed first: answer as it did.
         stored = await repository.stored(ctx, correlation_id)

@@ -17,8 +17,17 @@ class CallContext:
     agent: str
     method: str
     services: Services
-    session: AsyncSession
+    # The call's transaction; None for an operation that commits in batches of its own
+    # (``Operation.transaction``), whose reads each take a short one.
+    open_session: AsyncSession | None
     after_commit: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    @property
+    def session(self) -> AsyncSession:
+        """The call's transaction (an operation without one must not ask for it)."""
+        if self.open_session is None:
+            raise RuntimeError(f"{self.method} runs without a transaction of its own")
+        return self.open_session
 
     def on_commit(self, callback: Callable[[], Awaitable[None]]) -> None:
         """Run ``callback`` once this call's transaction has committed (outside effects)."""

@@ -34,6 +34,10 @@ class Operation:
     # (the MCP tool description and the OpenRPC description).
     description: str = ""
     writes: bool = True
+    # False: the runner opens no transaction for the call; its handler reads in short
+    # transactions of its own and hands its rows to a batched writer (app.batches), so the
+    # call holds no transaction while it waits for the batch's.
+    transaction: bool = True
     on_failure: FailureHook | None = None
     # Error codes this operation answers beyond those every one can (app.errors.COMMON).
     errors: tuple[int, ...] = ()

@@ -1,7 +1,8 @@
 """The runner every face calls: one operation call, from raw params to its result.
 
 Rate limit, params validation, one transaction per call (committed, then the after-commit
-steps), the failure hook that audits a failed call, and one structured log line per call.
+steps) unless the operation commits in batches of its own, the failure hook that audits a
+failed call, and one structured log line per call.
 A face resolves the operation, hands the raw params (a JSON object) and the caller's agent,
 and renders the result or the ``CstpError`` raised.
 """
@@ -77,6 +78,9 @@ class Runner:
 
     async def _run(self, operation: Operation, params: Any, agent: str) -> Any:
         try:
+            if not operation.transaction:  # it commits in batches (app.batches)
+                ctx = CallContext(agent, operation.name, self.services, None)
+                return await operation.handler(ctx, params)
             async with self.services.db.transaction(write=operation.writes) as session:
                 ctx = CallContext(agent, operation.name, self.services, session)
                 result = await operation.handler(ctx, params)

@@ -104,7 +104,7 @@ async def by_filter(
     index = ctx.services.index
     ids = await ctx.services.db.read(
         functools.partial(filter_sql.matching_ids, f=filters, cap=EXACT_AT_MOST + 1),
-        session=ctx.session,
+        session=ctx.open_session,
     )
     if len(ids) > EXACT_AT_MOST:
         return await index.query_vector(
@@ -132,7 +132,7 @@ async def _verified(
         functools.partial(
             _read_verified, hits=hits, filters=filters, limit=limit, tags=tags, reasons=reasons
         ),
-        session=ctx.session,
+        session=ctx.open_session,
     )
 
 

@@ -125,7 +125,7 @@ async def similar(ctx: CallContext, text: str, filters: SearchFilters, limit: in
         functools.partial(
             _read_keyword, text=text, filters=filters, limit=limit, tags=False, reasons=False
         ),
-        session=ctx.session,
+        session=ctx.open_session,
     )
     return Similar([Found(m.decision, None, m.score) for m in by_words], degraded=True)
 
@@ -177,7 +177,7 @@ async def _find(
                 tags=tags,
                 reasons=reasons,
             ),
-            session=ctx.session,
+            session=ctx.open_session,
         )
         if distances and found:
             vector = await ctx.services.index.embed_query(text)
@@ -250,7 +250,7 @@ async def _hybrid(
     try:
         by_words = await db.read(
             functools.partial(keyword.search, query=text, filters=filters, limit=depth),
-            session=ctx.session,
+            session=ctx.open_session,
         )
     except BaseException:
         await asyncio.gather(probe, return_exceptions=True)  # never left running unobserved
@@ -268,16 +268,18 @@ async def _hybrid(
     )
     found = await db.read(
         functools.partial(merge, hits=hits, enough=not filtered or len(hits) < first),
-        session=ctx.session,
+        session=ctx.open_session,
     )
     if found is None:  # too few matches among the probe's hits: look further, as nearest
         hits, complete = await semantic.wider(ctx, vector, first)
         found = await db.read(
-            functools.partial(merge, hits=hits, enough=complete), session=ctx.session
+            functools.partial(merge, hits=hits, enough=complete), session=ctx.open_session
         )
     if found is None:
         hits = await semantic.by_filter(ctx, vector, filters, depth + semantic.OVERFETCH)
-        found = await db.read(functools.partial(merge, hits=hits, enough=True), session=ctx.session)
+        found = await db.read(
+            functools.partial(merge, hits=hits, enough=True), session=ctx.open_session
+        )
     assert found is not None  # enough=True always merges
     if distances:
         found = await _with_distances(ctx, vector, found)

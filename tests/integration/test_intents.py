@@ -759,11 +759,9 @@ async def test_an_announcement_that_cannot_be_written_fails_alone_in_its_group(
 ) -> None:
     """When one announcement of a group cannot be written, the others are written (each
     alone, after the group's transaction failed) and only that one fails."""
-    if services.announcer is None:
-        pytest.skip("group commit is SQLite's; on Postgres each call writes its own rows")
     await rpc.ok(ANNOUNCE, {"intent": "Add a cache", "correlationId": "first"})
     (taken,) = await rows(db, Intent, Intent.correlation_id == "first")
-    ctx = CallContext("alice", ANNOUNCE, services, session=None)  # type: ignore[arg-type]
+    ctx = CallContext("alice", ANNOUNCE, services, open_session=None)
 
     def announcement(n: int, intent_id: str) -> Announcement:
         staged = evaluate_request(
@@ -794,13 +792,13 @@ async def test_an_announcement_that_cannot_be_written_fails_alone_in_its_group(
 
     group = [announcement(1, str(uuid.uuid4())), announcement(2, taken.id)]
     group.append(announcement(3, str(uuid.uuid4())))
-    with caplog.at_level(logging.INFO, logger="cstp.intents"):
+    with caplog.at_level(logging.INFO, logger="cstp.batches"):
         outcomes = await asyncio.gather(
             *(services.announcer.write(a) for a in group), return_exceptions=True
         )
     assert outcomes[0] is True and outcomes[2] is True, outcomes
     assert isinstance(outcomes[1], IntegrityError), outcomes
-    assert "a group of 3 announcements failed; writing each alone" in caplog.text
+    assert "a batch of 3 announcements failed" in caplog.text
     written = await rows(db, Intent, Intent.correlation_id.like("alone-%"))
     assert sorted(i.correlation_id for i in written) == ["alone-1", "alone-3"]
     ids = [a.row["evaluation_id"] for a in group]
