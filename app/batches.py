@@ -53,19 +53,16 @@ class Batcher(Generic[T, R]):
         recover: Recover[T, R] | None = None,
         stopped: Callable[[T], R | BaseException] = shutting_down,
         limit: int = MAX_BATCH,
+        weight: Callable[[T], int] | None = None,
     ) -> None:
         self.name = name  # what a batch is of, for log lines
         self._run = run
         self._recover = recover
         self._stopped = stopped  # the outcome of an item left undone by a shutdown
-        self._limit = limit
+        self._limit = limit  # a batch's items at most, or their total weight: never below one
+        self._weight = weight
         self._queue: deque[tuple[T, asyncio.Future[R]]] = deque()
         self._worker: asyncio.Task[None] | None = None
-
-    @property
-    def waiting(self) -> int:
-        """Items submitted and not yet taken into a batch."""
-        return len(self._queue)
 
     async def submit(self, item: T) -> R:
         """``item``'s outcome once its batch is done: its result, or what it raised."""
@@ -76,7 +73,8 @@ class Batcher(Generic[T, R]):
         loop = asyncio.get_running_loop()
         future: asyncio.Future[R] = loop.create_future()
         self._queue.append((item, future))
-        if self._worker is None or self._worker.done():
+        worker = self._worker
+        if worker is None or worker.done() or worker.get_loop() is not loop:
             self._worker = loop.create_task(self._work())
         return future
 
@@ -91,7 +89,7 @@ class Batcher(Generic[T, R]):
             batch: list[tuple[T, asyncio.Future[R]]] = []
             try:
                 await asyncio.sleep(0)  # one turn: calls already arrived join this batch
-                batch = [self._queue.popleft() for _ in range(min(self._limit, len(self._queue)))]
+                batch = self._take()
                 outcomes = await self._outcomes([item for item, _ in batch])
             except asyncio.CancelledError:
                 for item, future in (*batch, *self._queue):
@@ -100,6 +98,17 @@ class Batcher(Generic[T, R]):
                 raise
             for (_, future), outcome in zip(batch, outcomes, strict=True):
                 _settle(future, outcome)
+
+    def _take(self) -> list[tuple[T, asyncio.Future[R]]]:
+        """The oldest items, up to the limit (by count, or by weight); always at least one."""
+        if self._weight is None:
+            return [self._queue.popleft() for _ in range(min(self._limit, len(self._queue)))]
+        batch = [self._queue.popleft()]
+        total = self._weight(batch[0][0])
+        while self._queue and total + self._weight(self._queue[0][0]) <= self._limit:
+            total += self._weight(self._queue[0][0])
+            batch.append(self._queue.popleft())
+        return batch
 
     async def _outcomes(self, items: list[T]) -> Sequence[R | BaseException]:
         try:
@@ -136,7 +145,9 @@ def each_alone(alone: Callable[[T], Awaitable[R]]) -> Recover[T, R]:
 def _settle(future: asyncio.Future[R], outcome: R | BaseException) -> None:
     if future.done():
         return
-    if isinstance(outcome, BaseException):
+    if isinstance(outcome, asyncio.CancelledError):
+        future.cancel()
+    elif isinstance(outcome, BaseException):
         future.set_exception(outcome)
     else:
         future.set_result(outcome)

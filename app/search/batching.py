@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 
+from app.batches import Batcher
 from app.search.embedder import Embedder
 from app.search.types import IndexEntry, IndexStats, unavailable
 
@@ -29,12 +29,6 @@ PREPARED_LIMIT = 2048  # prepared vectors kept at most (oldest dropped first)
 # make its first text wait for its last (docs/ARCHITECTURE.md, "Search").
 PREPARE_WORKERS = 2
 PREPARE_BATCH = 1
-
-
-@dataclass
-class _Pending:
-    entries: list[IndexEntry]
-    future: asyncio.Future[None]
 
 
 class WriteBatcher:
@@ -53,8 +47,16 @@ class WriteBatcher:
         )
         self._write = write
         self._stats = stats
-        self._pending: deque[_Pending] = deque()
-        self._flusher: asyncio.Task[None] | None = None
+        # Every caller of a failed flush learns the index is unavailable; a shutdown cancels
+        # the callers of the flush it stopped.
+        self._flushes: Batcher[list[IndexEntry], None] = Batcher(
+            "index upserts",
+            self._flush,
+            recover=_unavailable,
+            stopped=lambda _: asyncio.CancelledError(),
+            limit=MAX_FLUSH_ENTRIES,
+            weight=len,
+        )
         # Vectors computed ahead of their upsert (``prepare``), consumed by ``vectors_for``.
         self._lock = threading.Lock()  # guards _prepared across worker threads
         self._prepared: OrderedDict[str, list[float]] = OrderedDict()
@@ -64,60 +66,25 @@ class WriteBatcher:
     # ---- group commit ----
 
     async def upsert(self, entries: Sequence[IndexEntry]) -> None:
-        """Queue ``entries`` and return once the flush that wrote them is done.
-
-        Concurrent callers are coalesced: one flusher at a time writes everything pending in
-        one embedding batch and one Chroma call, then resolves every waiting caller.
-        """
+        """Queue ``entries`` and return once the flush that wrote them is done: concurrent
+        callers' entries are written in one embedding batch and one Chroma call
+        (app.batches), up to MAX_FLUSH_ENTRIES, a caller's entries never split."""
         batch = list(entries)
         if not batch:
             return
         self._stats.upsert_calls += 1
-        loop = asyncio.get_running_loop()
-        pending = _Pending(batch, loop.create_future())
-        self._pending.append(pending)
-        if self._flusher is None or self._flusher.done() or self._flusher.get_loop() is not loop:
-            self._flusher = loop.create_task(self._flush_loop())
-        await pending.future
+        await self._flushes.submit(batch)
 
-    def _take_pending(self) -> list[_Pending]:
-        """Whole caller groups, oldest first, up to MAX_FLUSH_ENTRIES (always at least one)."""
-        groups: list[_Pending] = []
-        size = 0
-        while self._pending:
-            nxt = len(self._pending[0].entries)
-            if groups and size + nxt > MAX_FLUSH_ENTRIES:
-                break
-            groups.append(self._pending.popleft())
-            size += nxt
-        return groups
-
-    async def _flush_loop(self) -> None:
-        while self._pending:
-            groups = self._take_pending()
-            entries = [entry for group in groups for entry in group.entries]
-            try:
-                written = await self._write(entries)
-            except BaseException as exc:  # every waiter must learn the outcome
-                for group in groups:
-                    if not group.future.done():
-                        group.future.set_exception(
-                            exc if isinstance(exc, asyncio.CancelledError) else unavailable(exc)
-                        )
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
-                continue
-            self._stats.flushes += 1
-            self._stats.entries_written += written
-            for group in groups:
-                if not group.future.done():
-                    group.future.set_result(None)
+    async def _flush(self, calls: list[list[IndexEntry]]) -> list[None]:
+        written = await self._write([entry for entries in calls for entry in entries])
+        self._stats.flushes += 1
+        self._stats.entries_written += written
+        return [None] * len(calls)
 
     async def drain(self) -> None:
         """Wait until the writes pending now (and any queued behind them) are done; a
         cancelled wait does not cancel them."""
-        if self._flusher is not None and not self._flusher.done():
-            await asyncio.wait({self._flusher})
+        await self._flushes.drain()
 
     # ---- prepared vectors ----
 
@@ -171,3 +138,7 @@ class WriteBatcher:
             except Exception as exc:
                 raise unavailable(exc) from exc
         return [list(found[d]) for d in documents]
+
+
+async def _unavailable(calls: list[list[IndexEntry]], exc: Exception) -> list[BaseException]:
+    return [unavailable(exc)] * len(calls)
