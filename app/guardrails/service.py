@@ -26,8 +26,9 @@ from app.operations.context import CallContext
 from app.runtime import iso
 
 from . import repository
-from .evaluate import Evaluation, evaluate
+from .evaluate import Evaluation, RuleResult, evaluate
 from .rules import RuleSet
+from .schemas import CheckGuardrailsResult, GuardrailHit, GuardrailStatus
 
 CORE_FIELDS = ("description", "category", "stakes", "confidence")
 
@@ -69,18 +70,44 @@ class Checked:
     evaluation_id: str
     evaluated_at: str
 
-    def wire(self, agent: str) -> dict[str, Any]:
+    def result(self, agent: str) -> CheckGuardrailsResult:
+        """The checkGuardrails answer: the verdict, when, for whom and by which rule set."""
         ev = self.evaluation
-        return {
-            "allowed": ev.allowed,
-            "violations": [v.as_dict() for v in ev.violations],
-            "warnings": [w.as_dict() for w in ev.warnings],
-            "evaluated": ev.evaluated,
-            "evaluatedAt": self.evaluated_at,
-            "agent": agent,
-            "evaluationId": self.evaluation_id,
-            "ruleSetVersion": ev.version,
-        }
+        return CheckGuardrailsResult(
+            allowed=ev.allowed,
+            violations=hits(ev.violations),
+            warnings=hits(ev.warnings),
+            evaluated=ev.evaluated,
+            evaluated_at=self.evaluated_at,
+            agent=agent,
+            evaluation_id=self.evaluation_id,
+            rule_set_version=ev.version,
+        )
+
+    def status(self) -> GuardrailStatus:
+        """The verdict as announceIntent's ``guardrailStatus``: the same hits and counts."""
+        ev = self.evaluation
+        return GuardrailStatus(
+            allowed=ev.allowed,
+            violations=hits(ev.violations),
+            warnings=hits(ev.warnings),
+            evaluated=ev.evaluated,
+            evaluation_id=self.evaluation_id,
+        )
+
+
+def hits(results: Sequence[RuleResult]) -> list[GuardrailHit]:
+    """The rules that fired, as both answers list them."""
+    return [
+        GuardrailHit(
+            guardrail_id=r.guardrail_id,
+            name=r.name,
+            message=r.message,
+            severity=r.severity,
+            suggestion=r.suggestion,
+        )
+        for r in results
+    ]
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from app.guardrails.schemas import GuardrailHit
+from app.guardrails.schemas import GuardrailStatus
 from app.wire import (
     AgentIn,
     CorrelationId,
@@ -45,14 +45,6 @@ class SimilarDecision(Struct):
     distance: float | None = None
     outcome: Outcome | None = None
     notes: str | None = None
-
-
-class GuardrailStatus(Struct):
-    allowed: bool
-    violations: list[GuardrailHit]
-    warnings: list[GuardrailHit]
-    evaluated: int
-    evaluation_id: str
 
 
 class AnnounceIntentResult(Struct):
