@@ -19,10 +19,11 @@ from app.records.entries import index_text
 from app.runtime import iso
 
 from . import document, repository
-from .reviews import review_history
 from .schemas import (
     GetDecisionParams,
+    GetDecisionResult,
     ListDecisionsParams,
+    ListDecisionsResult,
     RecordDecisionParams,
     RecordDecisionResult,
 )
@@ -130,16 +131,16 @@ async def record(ctx: CallContext, p: RecordDecisionParams) -> RecordDecisionRes
     )
 
 
-async def get(ctx: CallContext, p: GetDecisionParams) -> dict[str, Any]:
+async def get(ctx: CallContext, p: GetDecisionParams) -> GetDecisionResult:
     decision, reviews = await repository.load_with_reviews(ctx.session, p.id)
-    return {"found": True, "decision": document.wire(decision, reviews=review_history(reviews))}
+    return GetDecisionResult(found=True, decision=document.wire(decision, list(reviews)))
 
 
-async def list_decisions(ctx: CallContext, p: ListDecisionsParams) -> dict[str, Any]:
+async def list_decisions(ctx: CallContext, p: ListDecisionsParams) -> ListDecisionsResult:
     total, rows = await repository.list_page(ctx.session, p)
-    return {
-        "decisions": [document.listed(d) for d in rows],
-        "total": total,
-        "limit": p.limit,
-        "offset": p.offset,
-    }
+    return ListDecisionsResult(
+        decisions=[document.listed(d) for d in rows],
+        total=total,
+        limit=p.limit,
+        offset=p.offset,
+    )
