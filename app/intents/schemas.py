@@ -32,7 +32,8 @@ class AnnounceIntentParams(Struct):
     project: ShortText | None = None
 
 
-class SimilarDecision(Struct):
+# omit_defaults: ``distance``, ``outcome`` and ``notes`` are absent when there is none.
+class SimilarDecision(Struct, omit_defaults=True):
     """A similar past decision; ``distance`` (cosine, 0 = same meaning) is absent only when the
     search was degraded."""
 
@@ -47,7 +48,8 @@ class SimilarDecision(Struct):
     notes: str | None = None
 
 
-class AnnounceIntentResult(Struct):
+# omit_defaults: ``retrievalMode`` and ``degraded`` are absent unless the search was degraded.
+class AnnounceIntentResult(Struct, omit_defaults=True):
     """``degraded`` (true) and ``retrievalMode`` ("keyword") are there only when the vector
     index could not be used: the similar decisions are then the keyword search's, without
     distances; the guardrails' verdict is complete."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 import msgspec
 
@@ -21,9 +21,10 @@ from app.operations.context import CallContext
 from app.records.filters import SearchFilters
 from app.runtime import iso
 from app.search.service import Found, similar
+from app.wire import Outcome, Status
 
 from . import repository, suggestions
-from .schemas import AnnounceIntentParams
+from .schemas import AnnounceIntentParams, AnnounceIntentResult, SimilarDecision
 from .writer import Announcement, write_rows
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ log = logging.getLogger("cstp.intents")
 
 SIMILAR_LIMIT = 5
 _encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(AnnounceIntentResult)
 
 
 def request_hash(p: AnnounceIntentParams) -> str:
@@ -55,27 +57,24 @@ def notes_of(found: Found) -> str | None:
     return d.lessons or d.review_notes or d.actual_result
 
 
-def similar_item(found: Found) -> dict[str, Any]:
+def similar_item(found: Found) -> SimilarDecision:
+    """A similar decision as the answer shows it; ``distance`` is None only in a degraded
+    search. The row's enumerations hold only the values its params allowed (cast)."""
     d = found.decision
-    item: dict[str, Any] = {
-        "id": d.id,
-        "title": d.summary,
-        "category": d.category,
-        "confidence": d.confidence,
-        "status": d.status,
-        "date": iso(d.created_at),
-    }
-    if found.distance is not None:  # None only in a degraded search
-        item["distance"] = round(found.distance, 6)
-    if d.outcome is not None:
-        item["outcome"] = d.outcome
-    notes = notes_of(found)
-    if notes:
-        item["notes"] = notes
-    return item
+    return SimilarDecision(
+        id=d.id,
+        title=d.summary,
+        category=d.category,
+        confidence=d.confidence,
+        status=cast(Status, d.status),
+        date=iso(d.created_at),
+        distance=None if found.distance is None else round(found.distance, 6),
+        outcome=cast(Outcome | None, d.outcome),
+        notes=notes_of(found) or None,  # an empty text is no note
+    )
 
 
-def _replay(stored: StoredIntent, fingerprint: str) -> msgspec.Raw:
+def _replay(stored: StoredIntent, fingerprint: str) -> AnnounceIntentResult:
     if stored.request_hash != fingerprint or stored.response is None:
         raise CstpError(
             CONFLICT,
@@ -83,10 +82,12 @@ def _replay(stored: StoredIntent, fingerprint: str) -> msgspec.Raw:
             "(its intent, context, category, stakes, confidence, project or metadata differ)",
             {"correlationId": stored.correlation_id},
         )
-    return msgspec.Raw(stored.response.encode())
+    # The stored answer is this struct's own encoding: decoded and encoded again it is the
+    # same JSON (omit_defaults leaves out what it left out).
+    return _decoder.decode(stored.response)
 
 
-async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
+async def announce(ctx: CallContext, p: AnnounceIntentParams) -> AnnounceIntentResult:
     runtime = ctx.services.runtime
     correlation_id = p.correlation_id or runtime.uuid()
     fingerprint = request_hash(p)
@@ -107,24 +108,17 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
     shown = [similar_item(f) for f in found]
     ev = checked.evaluation
     advice = [w.suggestion for w in ev.warnings]
-    response = {
-        "received": True,
-        "correlationId": correlation_id,
-        "receivedAt": iso(received_at),
-        "similarDecisions": shown,
-        "guardrailStatus": {
-            "allowed": ev.allowed,
-            "violations": [v.as_dict() for v in ev.violations],
-            "warnings": [w.as_dict() for w in ev.warnings],
-            "evaluated": ev.evaluated,
-            "evaluationId": checked.evaluation_id,
-        },
-        "suggestions": suggestions.generate(shown, advice),
-        "respondingAgent": ctx.services.settings.agent_name,
-    }
-    if searched.degraded:
-        response["retrievalMode"] = "keyword"
-        response["degraded"] = True
+    response = AnnounceIntentResult(
+        received=True,
+        correlation_id=correlation_id,
+        received_at=iso(received_at),
+        similar_decisions=shown,
+        guardrail_status=checked.status(),
+        suggestions=suggestions.generate(shown, advice),
+        responding_agent=ctx.services.settings.agent_name,
+        retrieval_mode="keyword" if searched.degraded else None,
+        degraded=searched.degraded,
+    )
     encoded = _encoder.encode(response)
     intent_id = runtime.uuid()
     row = {
@@ -181,4 +175,4 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
             log.error("an announcement's intent row was refused, and not for its correlationId")
             raise storage_error()
         return _replay(stored, fingerprint)
-    return msgspec.Raw(encoded)
+    return response
