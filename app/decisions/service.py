@@ -15,6 +15,7 @@ from app.errors import GUARDRAIL_EVAL_FAILED, CstpError, invalid_params
 from app.guardrails.service import Request, Staged, evaluate_request
 from app.intents.repository import intent_for_decision
 from app.operations.context import CallContext
+from app.operations.params import known_category
 from app.records.entries import index_text
 from app.runtime import iso
 
@@ -75,9 +76,7 @@ def _evaluate_guardrails(ctx: CallContext, p: RecordDecisionParams) -> Staged | 
 async def record(ctx: CallContext, p: RecordDecisionParams) -> RecordDecisionResult:
     """Validate, evaluate and hand the rows to the group writer (app.decisions.writer), which
     commits them with concurrent calls' rows and returns once the outbox pass is done."""
-    settings = ctx.services.settings
-    if p.category not in settings.categories:
-        raise invalid_params("category", "must be one of: " + ", ".join(settings.categories))
+    known_category(p.category, ctx.services.settings.categories, "category")
     now = ctx.services.runtime.now()
     pre = p.pre_decision
     fields: dict[str, Any] = {

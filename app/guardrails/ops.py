@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from app.errors import GUARDRAIL_EVAL_FAILED
 from app.operations.context import CallContext
+from app.operations.params import known_category
 from app.operations.registry import Operation, Registry
 
 from .rules import Condition, Rule
@@ -20,8 +21,10 @@ from .service import Request, check
 
 async def check_guardrails(ctx: CallContext, p: CheckGuardrailsParams) -> CheckGuardrailsResult:
     a = p.action
+    if a.category is not None:
+        known_category(a.category, ctx.services.settings.categories, "action.category")
     request = Request(a.description, a.category, a.stakes, a.confidence, a.project, a.context)
-    checked = await check(ctx, request, source="checkGuardrails", category_field="action.category")
+    checked = await check(ctx, request, source="checkGuardrails")
     return checked.result(ctx.agent)
 
 

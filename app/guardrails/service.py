@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from app.audit.canonical import Covered, covered
 from app.audit.chain import append
-from app.errors import GUARDRAIL_EVAL_FAILED, CstpError, invalid_params
+from app.errors import GUARDRAIL_EVAL_FAILED, CstpError
 from app.operations.context import CallContext
 from app.runtime import iso
 
@@ -128,15 +128,9 @@ class Staged:
         )
 
 
-def evaluate_request(
-    ctx: CallContext, request: Request, source: str, *, category_field: str = "category"
-) -> Staged:
-    """Evaluate (no I/O). -32004 only when no applicable rule could be evaluated.
-
-    ``category_field`` is how the caller's params name the category, for the -32602 answer."""
-    settings = ctx.services.settings
-    if request.category is not None and request.category not in settings.categories:
-        raise invalid_params(category_field, "must be one of: " + ", ".join(settings.categories))
+def evaluate_request(ctx: CallContext, request: Request, source: str) -> Staged:
+    """Evaluate (no I/O). -32004 only when no applicable rule could be evaluated. The caller
+    has validated the request's category (app.operations.params.known_category)."""
     facts = facts_of(request)
     rules = ctx.services.rules
     evaluation = evaluate(rules, facts, scope_of(request))
@@ -227,11 +221,9 @@ async def _store_rule_sets(session: AsyncSession, rule_sets: Mapping[str, RuleSe
     event.listen(session.sync_session, "after_commit", remember, once=True)
 
 
-async def check(
-    ctx: CallContext, request: Request, source: str, *, category_field: str = "category"
-) -> Checked:
+async def check(ctx: CallContext, request: Request, source: str) -> Checked:
     """Evaluate and store in the call's transaction (see ``evaluate_request``)."""
-    staged = evaluate_request(ctx, request, source, category_field=category_field)
+    staged = evaluate_request(ctx, request, source)
     await store(ctx.session, [staged])
     return staged.checked
 

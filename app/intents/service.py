@@ -18,6 +18,7 @@ from app.audit.canonical import covered
 from app.errors import CONFLICT, CstpError, storage_error
 from app.guardrails.service import Request, evaluate_request
 from app.operations.context import CallContext
+from app.operations.params import known_category
 from app.records.filters import SearchFilters
 from app.runtime import iso
 from app.search.service import Found, similar
@@ -99,6 +100,8 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> AnnounceIntentR
     query = f"{p.intent} {p.context or ''}".strip()
     searched = await similar(ctx, query, SearchFilters(category=p.category), SIMILAR_LIMIT)
     found = searched.found
+    if p.category is not None:
+        known_category(p.category, ctx.services.settings.categories, "category")
     staged = evaluate_request(
         ctx,
         Request(p.intent, p.category, p.stakes, p.confidence, p.project, p.metadata),
