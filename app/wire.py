@@ -76,7 +76,9 @@ class ReasonOut(Struct):
     strength: float
 
 
-class DecisionItem(Struct):
+# omit_defaults: a field with a default (``outcome``, ``project``, and those the extensions
+# add) is absent while it has that value.
+class DecisionItem(Struct, omit_defaults=True):
     """A decision in a list: listDecisions items; queryDecisions items extend it."""
 
     id: str

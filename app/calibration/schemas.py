@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
+import msgspec
 from msgspec import Meta
 
 from app.runtime import iso
@@ -60,18 +61,16 @@ class Filters:
     until: datetime | None = None
     min_decisions: int = DEFAULT_MIN_DECISIONS
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> AppliedFilters:
         """What was applied, echoed so a client can tell which slice the figures describe."""
-        data: dict[str, Any] = {
-            "agent": self.agent,
-            "category": self.category,
-            "stakes": self.stakes,
-            "since": iso(self.since) if self.since else None,
-            "until": iso(self.until) if self.until else None,
-        }
-        data = {k: v for k, v in data.items() if v is not None}
-        data["minDecisions"] = self.min_decisions
-        return data
+        return AppliedFilters(
+            agent=self.agent,
+            category=self.category,
+            stakes=self.stakes,
+            since=iso(self.since) if self.since else None,
+            until=iso(self.until) if self.until else None,
+            min_decisions=self.min_decisions,
+        )
 
 
 BUCKETS = 10
@@ -138,38 +137,43 @@ class Sums:
         return self._mean(self.sum_score - self.sum_confidence)
 
 
-def figures(s: Sums, min_decisions: int) -> dict[str, Any]:
+def figures(s: Sums, min_decisions: int) -> Figures:
     """The figures of one slice; fewer scored decisions than asked is a clear answer (the
     figures, the counts and ``insufficient_data``), not an error."""
     gap = s.gap
     sufficient = gap is not None and s.scored >= min_decisions
-    return {
-        "brierScore": s.brier,
-        "accuracy": s.accuracy,
-        "calibrationGap": gap,
-        "interpretation": interpret(gap) if sufficient and gap is not None else "insufficient_data",
-        "totalDecisions": s.scored,
-        "reviewedDecisions": s.reviewed,
-        "pendingDecisions": s.matched - s.reviewed,
-        "meanConfidence": s.mean_confidence,
-    }
+    return Figures(
+        brier_score=s.brier,
+        accuracy=s.accuracy,
+        calibration_gap=gap,
+        interpretation=interpret(gap) if sufficient and gap is not None else "insufficient_data",
+        total_decisions=s.scored,
+        reviewed_decisions=s.reviewed,
+        pending_decisions=s.matched - s.reviewed,
+        mean_confidence=s.mean_confidence,
+    )
+
+
+def group_figures(key: str, s: Sums, min_decisions: int) -> GroupOut:
+    """One group's figures, its key first."""
+    return GroupOut(key=key, **msgspec.structs.asdict(figures(s, min_decisions)))
 
 
 def bucket_label(index: int) -> str:
     return f"{index / 10:.1f}-{(index + 1) / 10:.1f}"
 
 
-def bucket_wire(index: int, s: Sums) -> dict[str, Any]:
-    return {
-        "bucket": bucket_label(index),
-        "low": round3(index / 10),
-        "high": round3((index + 1) / 10),
-        "count": s.scored,
-        "meanConfidence": s.mean_confidence,
-        "accuracy": s.accuracy,
-        "gap": s.gap,
-        "brierScore": s.brier,
-    }
+def bucket_wire(index: int, s: Sums) -> BucketOut:
+    return BucketOut(
+        bucket=bucket_label(index),
+        low=round3(index / 10),
+        high=round3((index + 1) / 10),
+        count=s.scored,
+        mean_confidence=s.mean_confidence,
+        accuracy=s.accuracy,
+        gap=s.gap,
+        brier_score=s.brier,
+    )
 
 
 class Figures(Struct):
@@ -196,20 +200,34 @@ class BucketOut(Struct):
     brier_score: float | None
 
 
-class GroupOut(Figures):
+# One group's figures (those of ``Figures``) with its key first, as the answer has always
+# listed them.
+class GroupOut(Struct):
     key: str
+    brier_score: float | None
+    accuracy: float | None
+    calibration_gap: float | None
+    interpretation: str
+    total_decisions: int
+    reviewed_decisions: int
+    pending_decisions: int
+    mean_confidence: float | None
 
 
-class AppliedFilters(Struct):
-    min_decisions: int
+# The filters applied: those not given are absent, ``minDecisions`` always there. kw_only is
+# the base's already; restated so that mypy lets a field without a default follow fields with
+# one (the order is the answer's key order).
+class AppliedFilters(Struct, omit_defaults=True, kw_only=True):
     agent: str | None = None
     category: str | None = None
     stakes: str | None = None
     since: str | None = None
     until: str | None = None
+    min_decisions: int
 
 
-class GetCalibrationResult(Struct):
+# ``groupBy`` and ``groups`` are there only when the call grouped.
+class GetCalibrationResult(Struct, omit_defaults=True, kw_only=True):
     brier_score: float | None
     accuracy: float | None
     calibration_gap: float | None
@@ -217,7 +235,7 @@ class GetCalibrationResult(Struct):
     overall: Figures
     buckets: list[BucketOut]
     recommendations: list[str]
-    filters: AppliedFilters
-    agent: str
     group_by: GroupBy | None = None
     groups: list[GroupOut] | None = None
+    filters: AppliedFilters
+    agent: str

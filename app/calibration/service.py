@@ -23,15 +23,16 @@ from .schemas import (
     CalibrationFilters,
     Filters,
     GetCalibrationParams,
+    GetCalibrationResult,
     Sums,
     bucket_label,
     bucket_wire,
     figures,
+    group_figures,
     interpret,
     percent,
 )
 
-HEADLINE = ("brierScore", "accuracy", "calibrationGap", "interpretation")
 MAX_RECOMMENDATIONS = 8
 
 
@@ -139,7 +140,7 @@ async def _groups(
     return rows
 
 
-async def get_calibration(ctx: CallContext, p: GetCalibrationParams) -> dict[str, Any]:
+async def get_calibration(ctx: CallContext, p: GetCalibrationParams) -> GetCalibrationResult:
     f = resolve_filters(p)
     session = ctx.session
     [(_, overall)] = await aggregate(session, f, None)
@@ -148,15 +149,18 @@ async def get_calibration(ctx: CallContext, p: GetCalibrationParams) -> dict[str
         by_bucket = [(int(k), s) for k, s in await aggregate(session, f, "confidenceBucket")]
     head = figures(overall, f.min_decisions)
     groups = await _groups(session, f, p.group_by, by_bucket) if p.group_by else None
-    result: dict[str, Any] = {key: head[key] for key in HEADLINE}
-    result["overall"] = head
-    result["buckets"] = [bucket_wire(i, s) for i, s in by_bucket if s.scored]
-    result["recommendations"] = recommendations(
-        overall, by_bucket, groups, p.group_by, f.min_decisions
+    return GetCalibrationResult(
+        brier_score=head.brier_score,
+        accuracy=head.accuracy,
+        calibration_gap=head.calibration_gap,
+        interpretation=head.interpretation,
+        overall=head,
+        buckets=[bucket_wire(i, s) for i, s in by_bucket if s.scored],
+        recommendations=recommendations(overall, by_bucket, groups, p.group_by, f.min_decisions),
+        group_by=p.group_by if groups is not None else None,
+        groups=(
+            None if groups is None else [group_figures(k, s, f.min_decisions) for k, s in groups]
+        ),
+        filters=f.wire(),
+        agent=ctx.agent,
     )
-    if p.group_by is not None and groups is not None:
-        result["groupBy"] = p.group_by
-        result["groups"] = [{"key": k, **figures(s, f.min_decisions)} for k, s in groups]
-    result["filters"] = f.wire()
-    result["agent"] = ctx.agent
-    return result

@@ -9,11 +9,14 @@ and written by app.decisions.repository.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, cast
 
-from app.db.decisions import Decision
-from app.records.entries import list_item, reasons_of, tags_of
+from app.db.decisions import Decision, DecisionReview
+from app.records.entries import list_item, reasons_of, reasons_out, tags_of
 from app.runtime import iso
+from app.wire import Outcome, Stakes, Status
+
+from .schemas import DecisionOut, ListedDecision, MentalState, PreDecisionOut, ReviewOut
 
 SUMMARY_LENGTH = 120
 
@@ -83,59 +86,69 @@ def export_fields(d: Decision) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None and v != [] and v != {}}
 
 
-def wire(d: Decision, *, reviews: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Every stored field of a decision, camelCase, for getDecision."""
-    out: dict[str, Any] = {
-        "id": d.id,
-        "title": d.summary,
-        "summary": d.summary,
-        "decision": d.decision,
-        "category": d.category,
-        "confidence": d.confidence,
-        "stakes": d.stakes,
-        "status": d.status,
-        "date": iso(d.created_at),
-        "createdAt": iso(d.created_at),
-        "context": d.context,
-        "reasons": reasons_of(d),
-        "kpiIndicators": list(d.kpi_indicators or []),
-        "mentalState": d.mental_state,
-        "reviewIn": d.review_in,
-        "reviewBy": iso(d.review_by) if d.review_by else None,
-        "tags": tags_of(d),
-        "preDecision": {
-            "queryRun": d.pre_query_run,
-            "similarFound": d.pre_similar_found,
-            "guardrailsChecked": d.pre_guardrails_checked,
-            "guardrailsPassed": d.pre_guardrails_passed,
-        },
-        "recordedBy": d.recorded_by,
-        "project": d.project,
-        "feature": d.feature,
-        "pr": d.pr,
-        "file": d.file,
-        "line": d.line,
-        "commit": d.commit,
-        "outcome": d.outcome,
-        "reviewedAt": iso(d.reviewed_at) if d.reviewed_at else None,
-        "reviewedBy": d.reviewed_by,
-        "actualResult": d.actual_result,
-        "lessons": d.lessons,
-        "reviewNotes": d.review_notes,
-        "affectedKpis": d.affected_kpis,
-        "intentId": d.intent_id,
-        "correlationId": d.correlation_id,
-        "guardrailEvaluationId": d.guardrail_evaluation_id,
-        "path": relative_path(d),
-    }
-    if reviews is not None:
-        out["reviews"] = reviews
-    return out
+def wire(d: Decision, reviews: list[DecisionReview]) -> DecisionOut:
+    """Every stored field of a decision, camelCase, and its reviews (the latest last), for
+    getDecision. The row's enumerations hold only the values its params allowed (cast, not
+    checked again)."""
+    return DecisionOut(
+        id=d.id,
+        title=d.summary,
+        summary=d.summary,
+        decision=d.decision,
+        category=d.category,
+        confidence=d.confidence,
+        stakes=cast(Stakes, d.stakes),
+        status=cast(Status, d.status),
+        date=iso(d.created_at),
+        created_at=iso(d.created_at),
+        context=d.context,
+        reasons=reasons_out(d),
+        kpi_indicators=list(d.kpi_indicators or []),
+        mental_state=cast(MentalState | None, d.mental_state),
+        review_in=d.review_in,
+        review_by=iso(d.review_by) if d.review_by else None,
+        tags=tags_of(d),
+        pre_decision=PreDecisionOut(
+            query_run=d.pre_query_run,
+            similar_found=d.pre_similar_found,
+            guardrails_checked=d.pre_guardrails_checked,
+            guardrails_passed=d.pre_guardrails_passed,
+        ),
+        recorded_by=d.recorded_by,
+        project=d.project,
+        feature=d.feature,
+        pr=d.pr,
+        file=d.file,
+        line=d.line,
+        commit=d.commit,
+        outcome=cast(Outcome | None, d.outcome),
+        reviewed_at=iso(d.reviewed_at) if d.reviewed_at else None,
+        reviewed_by=d.reviewed_by,
+        actual_result=d.actual_result,
+        lessons=d.lessons,
+        review_notes=d.review_notes,
+        affected_kpis=d.affected_kpis,
+        intent_id=d.intent_id,
+        correlation_id=d.correlation_id,
+        guardrail_evaluation_id=d.guardrail_evaluation_id,
+        path=relative_path(d),
+        reviews=[review_out(r) for r in reviews],
+    )
 
 
-def listed(d: Decision) -> dict[str, Any]:
+def review_out(r: DecisionReview) -> ReviewOut:
+    """One review as getDecision lists it."""
+    return ReviewOut(
+        outcome=cast(Outcome, r.outcome),
+        actual_result=r.actual_result,
+        lessons=r.lessons,
+        notes=r.notes,
+        affected_kpis=r.affected_kpis,
+        reviewed_by=r.reviewed_by,
+        reviewed_at=iso(r.reviewed_at),
+    )
+
+
+def listed(d: Decision) -> ListedDecision:
     """A listDecisions item: the short form, plus the client's correlationId when it has one."""
-    item = list_item(d)
-    if d.correlation_id is not None:
-        item["correlationId"] = d.correlation_id
-    return item
+    return list_item(d, ListedDecision, correlation_id=d.correlation_id)

@@ -15,22 +15,19 @@ functions as at record time, so no field is dropped and the outcome becomes filt
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import timedelta
-from typing import Any
 
-from app.db.decisions import DecisionReview
 from app.db.outbox import EventKind
 from app.operations.context import CallContext
 from app.runtime import iso
 
 from . import document, repository
-from .schemas import ReviewDecisionParams
+from .schemas import ReviewDecisionParams, ReviewDecisionResult
 
 AFTER = timedelta(microseconds=1)  # the step both databases store a time to
 
 
-async def review(ctx: CallContext, p: ReviewDecisionParams) -> dict[str, Any]:
+async def review(ctx: CallContext, p: ReviewDecisionParams) -> ReviewDecisionResult:
     decision = await repository.lock_one(ctx.session, p.id)
     now = ctx.services.runtime.now()  # after the lock: the reviews' times follow their order
     last = await repository.last_review_time(ctx.session, decision.id)
@@ -50,36 +47,19 @@ async def review(ctx: CallContext, p: ReviewDecisionParams) -> dict[str, Any]:
     relay = ctx.services.relay
     events = relay.enqueue(ctx.session, decision.id)
     await ctx.session.flush()
-    result: dict[str, Any] = {
-        "success": True,
-        "id": decision.id,
-        "path": document.relative_path(decision),
-        "status": "reviewed",
-        "reviewedAt": iso(now),
-        "reindexed": False,
-    }
+    result = ReviewDecisionResult(
+        success=True,
+        id=decision.id,
+        path=document.relative_path(decision),
+        status="reviewed",
+        reviewed_at=iso(now),
+        reindexed=False,
+    )
     index_event = next(e.id for e in events if e.kind == EventKind.INDEX)
 
     async def deliver() -> None:
         stats = await relay.process(events, [decision])
-        result["reindexed"] = index_event in stats.done_ids
+        result.reindexed = index_event in stats.done_ids
 
     ctx.on_commit(deliver)
     return result
-
-
-def review_history(rows: Iterable[DecisionReview]) -> list[dict[str, Any]]:
-    """A decision's reviews (``repository.load_with_reviews``: the latest last), as
-    getDecision answers them."""
-    return [
-        {
-            "outcome": r.outcome,
-            "actualResult": r.actual_result,
-            "lessons": r.lessons,
-            "notes": r.notes,
-            "affectedKpis": r.affected_kpis,
-            "reviewedBy": r.reviewed_by,
-            "reviewedAt": iso(r.reviewed_at),
-        }
-        for r in rows
-    ]

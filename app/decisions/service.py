@@ -15,14 +15,16 @@ from app.errors import GUARDRAIL_EVAL_FAILED, CstpError, invalid_params
 from app.guardrails.service import Request, Staged, evaluate_request
 from app.intents.repository import stored as stored_intent
 from app.operations.context import CallContext
+from app.operations.params import known_category
 from app.records.entries import index_text
 from app.runtime import iso
 
 from . import document, repository
-from .reviews import review_history
 from .schemas import (
     GetDecisionParams,
+    GetDecisionResult,
     ListDecisionsParams,
+    ListDecisionsResult,
     RecordDecisionParams,
     RecordDecisionResult,
 )
@@ -74,9 +76,7 @@ def _evaluate_guardrails(ctx: CallContext, p: RecordDecisionParams) -> Staged | 
 async def record(ctx: CallContext, p: RecordDecisionParams) -> RecordDecisionResult:
     """Validate, evaluate and hand the rows to the group writer (app.decisions.writer), which
     commits them with concurrent calls' rows and returns once the outbox pass is done."""
-    settings = ctx.services.settings
-    if p.category not in settings.categories:
-        raise invalid_params("category", "must be one of: " + ", ".join(settings.categories))
+    known_category(p.category, ctx.services.settings.categories, "category")
     now = ctx.services.runtime.now()
     pre = p.pre_decision
     fields: dict[str, Any] = {
@@ -130,16 +130,16 @@ async def record(ctx: CallContext, p: RecordDecisionParams) -> RecordDecisionRes
     )
 
 
-async def get(ctx: CallContext, p: GetDecisionParams) -> dict[str, Any]:
+async def get(ctx: CallContext, p: GetDecisionParams) -> GetDecisionResult:
     decision, reviews = await repository.load_with_reviews(ctx.session, p.id)
-    return {"found": True, "decision": document.wire(decision, reviews=review_history(reviews))}
+    return GetDecisionResult(found=True, decision=document.wire(decision, list(reviews)))
 
 
-async def list_decisions(ctx: CallContext, p: ListDecisionsParams) -> dict[str, Any]:
+async def list_decisions(ctx: CallContext, p: ListDecisionsParams) -> ListDecisionsResult:
     total, rows = await repository.list_page(ctx.session, p)
-    return {
-        "decisions": [document.listed(d) for d in rows],
-        "total": total,
-        "limit": p.limit,
-        "offset": p.offset,
-    }
+    return ListDecisionsResult(
+        decisions=[document.listed(d) for d in rows],
+        total=total,
+        limit=p.limit,
+        offset=p.offset,
+    )

@@ -46,18 +46,6 @@ class RuleResult:
     suggestion: str | None
     error: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        """The API item shape: ``{guardrailId, name, message, severity, suggestion?}``."""
-        out: dict[str, Any] = {
-            "guardrailId": self.guardrail_id,
-            "name": self.name,
-            "message": self.message,
-            "severity": self.severity,
-        }
-        if self.suggestion is not None:
-            out["suggestion"] = self.suggestion
-        return out
-
 
 @dataclass(frozen=True)
 class RuleCheck:

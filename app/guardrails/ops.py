@@ -2,37 +2,60 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from app.errors import GUARDRAIL_EVAL_FAILED
 from app.operations.context import CallContext
+from app.operations.params import known_category
 from app.operations.registry import Operation, Registry
 
+from .rules import Condition, Rule
 from .schemas import (
     CheckGuardrailsParams,
     CheckGuardrailsResult,
+    ConditionOut,
+    GuardrailOut,
     ListGuardrailsParams,
     ListGuardrailsResult,
 )
 from .service import Request, check
 
 
-async def check_guardrails(ctx: CallContext, p: CheckGuardrailsParams) -> dict[str, Any]:
+async def check_guardrails(ctx: CallContext, p: CheckGuardrailsParams) -> CheckGuardrailsResult:
     a = p.action
+    if a.category is not None:
+        known_category(a.category, ctx.services.settings.categories, "action.category")
     request = Request(a.description, a.category, a.stakes, a.confidence, a.project, a.context)
-    checked = await check(ctx, request, source="checkGuardrails", category_field="action.category")
-    return checked.wire(ctx.agent)
+    checked = await check(ctx, request, source="checkGuardrails")
+    return checked.result(ctx.agent)
 
 
-async def list_guardrails(ctx: CallContext, p: ListGuardrailsParams) -> dict[str, Any]:
+async def list_guardrails(ctx: CallContext, p: ListGuardrailsParams) -> ListGuardrailsResult:
     rules = ctx.services.rules
     chosen = rules.rules if p.scope is None else rules.applicable(p.scope)
-    return {
-        "guardrails": [rule.as_dict() for rule in chosen],
-        "count": len(chosen),
-        "agent": ctx.agent,
-        "ruleSetVersion": rules.version,
-    }
+    return ListGuardrailsResult(
+        guardrails=[_listed(rule) for rule in chosen],
+        count=len(chosen),
+        agent=ctx.agent,
+        rule_set_version=rules.version,
+    )
+
+
+def _listed(rule: Rule) -> GuardrailOut:
+    """The public description of a rule (``Rule.as_dict`` is the same, for its version)."""
+    return GuardrailOut(
+        id=rule.id,
+        description=rule.description,
+        action=rule.action,
+        mode=rule.mode,
+        scope=list(rule.scope),
+        conditions=[_condition(c) for c in rule.conditions],
+        requirements=[_condition(c) for c in rule.requirements],
+        suggestion=rule.suggestion,
+    )
+
+
+def _condition(c: Condition) -> ConditionOut:
+    value = list(c.value) if isinstance(c.value, tuple) else c.value
+    return ConditionOut(field=c.field, operator=c.op, value=value, op=c.op)
 
 
 def register(registry: Registry) -> None:

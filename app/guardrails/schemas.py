@@ -26,7 +26,8 @@ class ListGuardrailsParams(Struct):
     scope: Annotated[str, Meta(max_length=256)] | None = None
 
 
-class GuardrailHit(Struct):
+# omit_defaults: ``suggestion`` is absent when the rule has none (docs/PROTOCOL.md).
+class GuardrailHit(Struct, omit_defaults=True):
     """A rule that fired: a violation (``block``) or a warning (``warn``)."""
 
     guardrail_id: str
@@ -34,6 +35,15 @@ class GuardrailHit(Struct):
     message: str
     severity: Literal["block", "warn"]
     suggestion: str | None = None
+
+
+# announceIntent's ``guardrailStatus``, rendered by app.guardrails.service (Checked.status).
+class GuardrailStatus(Struct):
+    allowed: bool
+    violations: list[GuardrailHit]
+    warnings: list[GuardrailHit]
+    evaluated: int
+    evaluation_id: str
 
 
 class CheckGuardrailsResult(Struct):
@@ -54,7 +64,8 @@ class ConditionOut(Struct):
     op: str  # the same as ``operator``; deprecated (docs/PROTOCOL.md)
 
 
-class GuardrailOut(Struct):
+# omit_defaults: ``suggestion`` is absent when the rule has none.
+class GuardrailOut(Struct, omit_defaults=True):
     id: str
     description: str
     action: Literal["block", "warn"]

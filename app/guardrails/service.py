@@ -21,13 +21,14 @@ from sqlalchemy.orm import Session
 
 from app.audit.canonical import Covered, covered
 from app.audit.chain import append
-from app.errors import GUARDRAIL_EVAL_FAILED, CstpError, invalid_params
+from app.errors import GUARDRAIL_EVAL_FAILED, CstpError
 from app.operations.context import CallContext
 from app.runtime import iso
 
 from . import repository
-from .evaluate import Evaluation, evaluate
+from .evaluate import Evaluation, RuleResult, evaluate
 from .rules import RuleSet
+from .schemas import CheckGuardrailsResult, GuardrailHit, GuardrailStatus
 
 CORE_FIELDS = ("description", "category", "stakes", "confidence")
 
@@ -69,18 +70,44 @@ class Checked:
     evaluation_id: str
     evaluated_at: str
 
-    def wire(self, agent: str) -> dict[str, Any]:
+    def result(self, agent: str) -> CheckGuardrailsResult:
+        """The checkGuardrails answer: the verdict, when, for whom and by which rule set."""
         ev = self.evaluation
-        return {
-            "allowed": ev.allowed,
-            "violations": [v.as_dict() for v in ev.violations],
-            "warnings": [w.as_dict() for w in ev.warnings],
-            "evaluated": ev.evaluated,
-            "evaluatedAt": self.evaluated_at,
-            "agent": agent,
-            "evaluationId": self.evaluation_id,
-            "ruleSetVersion": ev.version,
-        }
+        return CheckGuardrailsResult(
+            allowed=ev.allowed,
+            violations=hits(ev.violations),
+            warnings=hits(ev.warnings),
+            evaluated=ev.evaluated,
+            evaluated_at=self.evaluated_at,
+            agent=agent,
+            evaluation_id=self.evaluation_id,
+            rule_set_version=ev.version,
+        )
+
+    def status(self) -> GuardrailStatus:
+        """The verdict as announceIntent's ``guardrailStatus``: the same hits and counts."""
+        ev = self.evaluation
+        return GuardrailStatus(
+            allowed=ev.allowed,
+            violations=hits(ev.violations),
+            warnings=hits(ev.warnings),
+            evaluated=ev.evaluated,
+            evaluation_id=self.evaluation_id,
+        )
+
+
+def hits(results: Sequence[RuleResult]) -> list[GuardrailHit]:
+    """The rules that fired, as both answers list them."""
+    return [
+        GuardrailHit(
+            guardrail_id=r.guardrail_id,
+            name=r.name,
+            message=r.message,
+            severity=r.severity,
+            suggestion=r.suggestion,
+        )
+        for r in results
+    ]
 
 
 @dataclass(frozen=True)
@@ -101,15 +128,9 @@ class Staged:
         )
 
 
-def evaluate_request(
-    ctx: CallContext, request: Request, source: str, *, category_field: str = "category"
-) -> Staged:
-    """Evaluate (no I/O). -32004 only when no applicable rule could be evaluated.
-
-    ``category_field`` is how the caller's params name the category, for the -32602 answer."""
-    settings = ctx.services.settings
-    if request.category is not None and request.category not in settings.categories:
-        raise invalid_params(category_field, "must be one of: " + ", ".join(settings.categories))
+def evaluate_request(ctx: CallContext, request: Request, source: str) -> Staged:
+    """Evaluate (no I/O). -32004 only when no applicable rule could be evaluated. The caller
+    has validated the request's category (app.operations.params.known_category)."""
     facts = facts_of(request)
     rules = ctx.services.rules
     evaluation = evaluate(rules, facts, scope_of(request))
@@ -200,11 +221,9 @@ async def _store_rule_sets(session: AsyncSession, rule_sets: Mapping[str, RuleSe
     event.listen(session.sync_session, "after_commit", remember, once=True)
 
 
-async def check(
-    ctx: CallContext, request: Request, source: str, *, category_field: str = "category"
-) -> Checked:
+async def check(ctx: CallContext, request: Request, source: str) -> Checked:
     """Evaluate and store in the call's transaction (see ``evaluate_request``)."""
-    staged = evaluate_request(ctx, request, source, category_field=category_field)
+    staged = evaluate_request(ctx, request, source)
     await store(ctx.session, [staged])
     return staged.checked
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from app.guardrails.schemas import GuardrailHit
+from app.guardrails.schemas import GuardrailStatus
 from app.wire import (
     AgentIn,
     CorrelationId,
@@ -32,7 +32,8 @@ class AnnounceIntentParams(Struct):
     project: ShortText | None = None
 
 
-class SimilarDecision(Struct):
+# omit_defaults: ``distance``, ``outcome`` and ``notes`` are absent when there is none.
+class SimilarDecision(Struct, omit_defaults=True):
     """A similar past decision; ``distance`` (cosine, 0 = same meaning) is absent only when the
     search was degraded."""
 
@@ -47,15 +48,8 @@ class SimilarDecision(Struct):
     notes: str | None = None
 
 
-class GuardrailStatus(Struct):
-    allowed: bool
-    violations: list[GuardrailHit]
-    warnings: list[GuardrailHit]
-    evaluated: int
-    evaluation_id: str
-
-
-class AnnounceIntentResult(Struct):
+# omit_defaults: ``retrievalMode`` and ``degraded`` are absent unless the search was degraded.
+class AnnounceIntentResult(Struct, omit_defaults=True):
     """``degraded`` (true) and ``retrievalMode`` ("keyword") are there only when the vector
     index could not be used: the similar decisions are then the keyword search's, without
     distances; the guardrails' verdict is complete."""

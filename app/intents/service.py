@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 import msgspec
 
@@ -18,12 +18,14 @@ from app.audit.canonical import covered
 from app.errors import CONFLICT, CstpError, storage_error
 from app.guardrails.service import Request, evaluate_request
 from app.operations.context import CallContext
+from app.operations.params import known_category
 from app.records.filters import SearchFilters
 from app.runtime import iso
 from app.search.service import Found, similar
+from app.wire import Outcome, Status
 
 from . import repository, suggestions
-from .schemas import AnnounceIntentParams
+from .schemas import AnnounceIntentParams, AnnounceIntentResult, SimilarDecision
 from .writer import Announcement
 
 if TYPE_CHECKING:
@@ -33,6 +35,7 @@ log = logging.getLogger("cstp.intents")
 
 SIMILAR_LIMIT = 5
 _encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(AnnounceIntentResult)
 
 
 def request_hash(p: AnnounceIntentParams) -> str:
@@ -55,27 +58,24 @@ def notes_of(found: Found) -> str | None:
     return d.lessons or d.review_notes or d.actual_result
 
 
-def similar_item(found: Found) -> dict[str, Any]:
+def similar_item(found: Found) -> SimilarDecision:
+    """A similar decision as the answer shows it; ``distance`` is None only in a degraded
+    search. The row's enumerations hold only the values its params allowed (cast)."""
     d = found.decision
-    item: dict[str, Any] = {
-        "id": d.id,
-        "title": d.summary,
-        "category": d.category,
-        "confidence": d.confidence,
-        "status": d.status,
-        "date": iso(d.created_at),
-    }
-    if found.distance is not None:  # None only in a degraded search
-        item["distance"] = round(found.distance, 6)
-    if d.outcome is not None:
-        item["outcome"] = d.outcome
-    notes = notes_of(found)
-    if notes:
-        item["notes"] = notes
-    return item
+    return SimilarDecision(
+        id=d.id,
+        title=d.summary,
+        category=d.category,
+        confidence=d.confidence,
+        status=cast(Status, d.status),
+        date=iso(d.created_at),
+        distance=None if found.distance is None else round(found.distance, 6),
+        outcome=cast(Outcome | None, d.outcome),
+        notes=notes_of(found) or None,  # an empty text is no note
+    )
 
 
-def _replay(stored: StoredIntent, fingerprint: str) -> msgspec.Raw:
+def _replay(stored: StoredIntent, fingerprint: str) -> AnnounceIntentResult:
     if stored.request_hash != fingerprint or stored.response is None:
         raise CstpError(
             CONFLICT,
@@ -83,10 +83,12 @@ def _replay(stored: StoredIntent, fingerprint: str) -> msgspec.Raw:
             "(its intent, context, category, stakes, confidence, project or metadata differ)",
             {"correlationId": stored.correlation_id},
         )
-    return msgspec.Raw(stored.response.encode())
+    # The stored answer is this struct's own encoding: decoded and encoded again it is the
+    # same JSON (omit_defaults leaves out what it left out).
+    return _decoder.decode(stored.response)
 
 
-async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
+async def announce(ctx: CallContext, p: AnnounceIntentParams) -> AnnounceIntentResult:
     runtime = ctx.services.runtime
     correlation_id = p.correlation_id or runtime.uuid()
     fingerprint = request_hash(p)
@@ -98,6 +100,8 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
     query = f"{p.intent} {p.context or ''}".strip()
     searched = await similar(ctx, query, SearchFilters(category=p.category), SIMILAR_LIMIT)
     found = searched.found
+    if p.category is not None:
+        known_category(p.category, ctx.services.settings.categories, "category")
     staged = evaluate_request(
         ctx,
         Request(p.intent, p.category, p.stakes, p.confidence, p.project, p.metadata),
@@ -107,24 +111,17 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
     shown = [similar_item(f) for f in found]
     ev = checked.evaluation
     advice = [w.suggestion for w in ev.warnings]
-    response = {
-        "received": True,
-        "correlationId": correlation_id,
-        "receivedAt": iso(received_at),
-        "similarDecisions": shown,
-        "guardrailStatus": {
-            "allowed": ev.allowed,
-            "violations": [v.as_dict() for v in ev.violations],
-            "warnings": [w.as_dict() for w in ev.warnings],
-            "evaluated": ev.evaluated,
-            "evaluationId": checked.evaluation_id,
-        },
-        "suggestions": suggestions.generate(shown, advice),
-        "respondingAgent": ctx.services.settings.agent_name,
-    }
-    if searched.degraded:
-        response["retrievalMode"] = "keyword"
-        response["degraded"] = True
+    response = AnnounceIntentResult(
+        received=True,
+        correlation_id=correlation_id,
+        received_at=iso(received_at),
+        similar_decisions=shown,
+        guardrail_status=checked.status(),
+        suggestions=suggestions.generate(shown, advice),
+        responding_agent=ctx.services.settings.agent_name,
+        retrieval_mode="keyword" if searched.degraded else None,
+        degraded=searched.degraded,
+    )
     encoded = _encoder.encode(response)
     intent_id = runtime.uuid()
     row = {
@@ -177,4 +174,4 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> Any:
             log.error("an announcement's intent row was refused, and not for its correlationId")
             raise storage_error()
         return _replay(stored, fingerprint)
-    return msgspec.Raw(encoded)
+    return response

@@ -7,7 +7,8 @@ decision's lessons in ``similarDecisions[].notes``."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+
+from .schemas import SimilarDecision
 
 MAX_SUGGESTIONS = 5
 FROM_OUTCOMES = 3
@@ -19,14 +20,14 @@ _OUTCOME_TEXT = {
 }
 
 
-def generate(similar: Sequence[dict[str, Any]], warnings: Iterable[str | None]) -> list[str]:
+def generate(similar: Sequence[SimilarDecision], warnings: Iterable[str | None]) -> list[str]:
     """From ``similar`` (nearest first) and the warnings' suggestions (None: a warning with
     none)."""
     suggestions: list[str] = []
     for decision in similar[:FROM_OUTCOMES]:
-        template = _OUTCOME_TEXT.get(decision.get("outcome") or "")
+        template = _OUTCOME_TEXT.get(decision.outcome or "")
         if template is not None:
-            text = template.format(title=decision["title"])
+            text = template.format(title=decision.title)
             if text not in suggestions:  # decisions of one title and outcome: said once
                 suggestions.append(text)
     for item in warnings:

@@ -130,7 +130,7 @@ def build_mcp_mount(
     """The ``/mcp`` route handler and the lifespan that runs the SDK's session manager."""
 
     async def call(
-        operation: Operation, arguments: dict[str, Any], ctx: ServerRequestContext
+        operation: Operation[Any, Any], arguments: dict[str, Any], ctx: ServerRequestContext
     ) -> Any:
         agent = ctx.request.scope.get(AGENT_KEY) if ctx.request is not None else None
         if not isinstance(agent, str):

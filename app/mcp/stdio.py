@@ -77,7 +77,7 @@ async def serve(endpoint: str, token: str) -> None:
     forwarder = Forwarder(endpoint, token)
 
     async def call(
-        operation: Operation, arguments: dict[str, Any], ctx: ServerRequestContext
+        operation: Operation[Any, Any], arguments: dict[str, Any], ctx: ServerRequestContext
     ) -> Any:
         return await forwarder.call(operation.name, arguments)
 

@@ -26,7 +26,7 @@ from app.operations.schema import resolved, schemas
 from app.version import __version__
 
 # Carries out one call of ``operation`` with the tool's arguments; raises CstpError.
-Call = Callable[[Operation, dict[str, Any], ServerRequestContext], Awaitable[Any]]
+Call = Callable[[Operation[Any, Any], dict[str, Any], ServerRequestContext], Awaitable[Any]]
 
 INSTRUCTIONS = (
     "Decision memory and guardrails. Before acting on anything that matters, call "

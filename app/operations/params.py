@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, time
 from typing import Any, TypeVar
 
@@ -155,6 +155,14 @@ def _wire_names(struct: type[Any]) -> frozenset[str]:
     info = mi.type_info(struct)
     assert isinstance(info, mi.StructType)
     return frozenset(f.encode_name for f in info.fields)
+
+
+def known_category(category: str, categories: Sequence[str], field: str) -> None:
+    """-32602 naming ``field`` unless ``category`` is one of the configured ``categories``
+    (settings, so not a constraint of the params struct). Each method that takes a category
+    checks it here, once."""
+    if category not in categories:
+        raise invalid_params(field, "must be one of: " + ", ".join(categories))
 
 
 def decode(params: dict[str, Any], struct: type[T]) -> T:

@@ -10,25 +10,28 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
     from app.errors import CstpError
 
     from .context import CallContext
 
-Handler = Callable[["CallContext", Any], Awaitable[Any]]
+P = TypeVar("P")  # the params type the runner decodes
+R = TypeVar("R")  # the result type the handler answers
 # Called in a fresh transaction when a call of this operation fails (validation, rate limit,
 # handler error), so audit tables can record how it ended.
 FailureHook = Callable[["CallContext", dict[str, Any], "CstpError"], Awaitable[None]]
 
 
 @dataclass(frozen=True)
-class Operation:
+class Operation(Generic[P, R]):
+    """One operation; mypy holds its handler to its declared params and result types."""
+
     name: str
-    params: type[Any]
-    result: Any  # the type of what the handler answers (a Struct, or dict[str, Any])
-    handler: Handler
+    params: type[P]
+    result: type[R]  # the type of what the handler answers (a Struct)
+    handler: Callable[[CallContext, P], Awaitable[R]]
     summary: str  # one line (OpenRPC summary)
     # For a model deciding when to call it: what it is for, when to call it, what it answers
     # (the MCP tool description and the OpenRPC description).
@@ -50,24 +53,26 @@ class Operation:
 
 class Registry:
     def __init__(self) -> None:
-        self._operations: dict[str, Operation] = {}
+        self._operations: dict[str, Operation[Any, Any]] = {}
 
-    def add(self, operation: Operation) -> None:
+    def add(self, operation: Operation[P, R]) -> None:
+        # Generic, not Operation[Any, Any]: that type context would let mypy infer Any for
+        # the operation's types and so accept a handler that answers another type.
         if operation.name in self._operations:
             raise ValueError(f"operation {operation.name} registered twice")
         if operation.tool is not None and operation.tool in {o.tool for o in self.operations()}:
             raise ValueError(f"tool name {operation.tool} registered twice")
         self._operations[operation.name] = operation
 
-    def get(self, name: str) -> Operation | None:
+    def get(self, name: str) -> Operation[Any, Any] | None:
         return self._operations.get(name)
 
     def names(self) -> list[str]:
         return sorted(self._operations)
 
-    def operations(self) -> list[Operation]:
+    def operations(self) -> list[Operation[Any, Any]]:
         return [self._operations[name] for name in self.names()]
 
-    def tools(self) -> list[Operation]:
+    def tools(self) -> list[Operation[Any, Any]]:
         """The operations offered as MCP tools, by tool name."""
         return sorted((o for o in self.operations() if o.tool), key=lambda o: o.tool or "")

@@ -34,7 +34,7 @@ class Runner:
 
     async def run(
         self,
-        operation: Operation,
+        operation: Operation[Any, Any],
         raw_params: Any,
         agent: str,
         *,
@@ -51,7 +51,12 @@ class Runner:
             calls.running -= 1
 
     async def _call(
-        self, operation: Operation, raw_params: Any, agent: str, face: str, request_id: Any
+        self,
+        operation: Operation[Any, Any],
+        raw_params: Any,
+        agent: str,
+        face: str,
+        request_id: Any,
     ) -> Any:
         started = time.perf_counter()
         raw: dict[str, Any] = {}
@@ -76,7 +81,7 @@ class Runner:
         log_call(agent, operation.name, request_id, str(error.code), started, face)
         raise error
 
-    async def _run(self, operation: Operation, params: Any, agent: str) -> Any:
+    async def _run(self, operation: Operation[Any, Any], params: Any, agent: str) -> Any:
         try:
             if not operation.transaction:  # it commits in batches (app.batches)
                 ctx = CallContext(agent, operation.name, self.services, None)
@@ -98,7 +103,11 @@ class Runner:
         return result
 
     async def _record_failure(
-        self, operation: Operation, agent: str, raw_params: dict[str, Any], error: CstpError
+        self,
+        operation: Operation[Any, Any],
+        agent: str,
+        raw_params: dict[str, Any],
+        error: CstpError,
     ) -> None:
         assert operation.on_failure is not None
         try:

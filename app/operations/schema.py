@@ -14,7 +14,7 @@ from .registry import Operation
 
 
 def schemas(
-    operations: Sequence[Operation], ref_template: str
+    operations: Sequence[Operation[Any, Any]], ref_template: str
 ) -> tuple[list[tuple[dict[str, Any], dict[str, Any]]], dict[str, Any]]:
     """Each operation's (params schema, result schema), and the named schemas they refer to
     (``ref_template`` says where those live, e.g. ``#/$defs/{name}``). Fresh objects on every

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from app.db.decisions import Decision
 from app.runtime import iso
+from app.wire import DecisionItem, Outcome, ReasonOut, Stakes, Status
 
 from .filters import tag_metadata
 from .repository import Brief
 
 MetadataValue = str | int | float | bool | list[str]
+Item = TypeVar("Item", bound=DecisionItem)
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,13 @@ def tags_of(decision: Decision | Brief) -> list[str]:
 
 
 def reasons_of(decision: Decision | Brief) -> list[dict[str, Any]]:
+    """The reasons as the YAML export writes them."""
     return [{"type": r.type, "text": r.text, "strength": r.strength} for r in decision.reasons]
+
+
+def reasons_out(decision: Decision | Brief) -> list[ReasonOut]:
+    """The reasons as getDecision and queryDecisions answer them."""
+    return [ReasonOut(type=r.type, text=r.text, strength=r.strength) for r in decision.reasons]
 
 
 def index_text(d: Decision) -> str:
@@ -74,20 +82,21 @@ def index_metadata(d: Decision | Brief) -> dict[str, Any]:
     return {k: v for k, v in metadata.items() if v is not None}
 
 
-def list_item(d: Decision | Brief) -> dict[str, Any]:
-    """The short form of a decision in a list (listDecisions; queryDecisions adds to it)."""
-    item: dict[str, Any] = {
-        "id": d.id,
-        "title": d.summary,
-        "category": d.category,
-        "confidence": d.confidence,
-        "stakes": d.stakes,
-        "status": d.status,
-        "date": iso(d.created_at),
-        "agent": d.recorded_by,
-        "tags": tags_of(d),
-    }
-    for key, value in (("outcome", d.outcome), ("project", d.project)):
-        if value is not None:
-            item[key] = value
-    return item
+def list_item(d: Decision | Brief, kind: type[Item], **extra: Any) -> Item:
+    """The short form of a decision in a list, as ``kind`` (a DecisionItem: listDecisions' and
+    queryDecisions' add their own fields, given in ``extra``). The row's enumerations hold
+    only the values its params allowed (cast, not checked again)."""
+    return kind(
+        id=d.id,
+        title=d.summary,
+        category=d.category,
+        confidence=d.confidence,
+        stakes=cast(Stakes, d.stakes),
+        status=cast(Status, d.status),
+        date=iso(d.created_at),
+        agent=d.recorded_by,
+        tags=tags_of(d),
+        outcome=cast(Outcome | None, d.outcome),
+        project=d.project,
+        **extra,
+    )

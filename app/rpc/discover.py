@@ -26,16 +26,25 @@ class DiscoverParams(msgspec.Struct):
     """rpc.discover takes no params."""
 
 
-def build_document(registry: Registry) -> dict[str, Any]:
+# Its docstring would be the result schema's description: none, as before it was a struct.
+class OpenRpcDocument(msgspec.Struct):
+    openrpc: str
+    info: dict[str, Any]
+    servers: list[dict[str, Any]]
+    methods: list[dict[str, Any]]
+    components: dict[str, Any]
+
+
+def build_document(registry: Registry) -> OpenRpcDocument:
     methods = registry.operations()
     pairs, components = schemas(methods, REF_TEMPLATE)
     described = [
         _method(m, params, result, components)
         for m, (params, result) in zip(methods, pairs, strict=True)
     ]
-    return {
-        "openrpc": OPENRPC_VERSION,
-        "info": {
+    return OpenRpcDocument(
+        openrpc=OPENRPC_VERSION,
+        info={
             "title": "CSTP server",
             "version": __version__,
             "description": (
@@ -44,14 +53,17 @@ def build_document(registry: Registry) -> dict[str, Any]:
                 "an optional param sent as null counts as absent."
             ),
         },
-        "servers": [{"name": "cstp", "url": "/cstp"}],
-        "methods": described,
-        "components": {"schemas": components},
-    }
+        servers=[{"name": "cstp", "url": "/cstp"}],
+        methods=described,
+        components={"schemas": components},
+    )
 
 
 def _method(
-    method: Operation, params: dict[str, Any], result: dict[str, Any], components: dict[str, Any]
+    method: Operation[Any, Any],
+    params: dict[str, Any],
+    result: dict[str, Any],
+    components: dict[str, Any],
 ) -> dict[str, Any]:
     struct = resolved(params, components)
     required = set(struct.get("required", ()))
@@ -74,17 +86,17 @@ def register(registry: Registry) -> None:
     """Add ``rpc.discover``; register it last, so that the document lists every method."""
 
     @functools.cache
-    def document() -> dict[str, Any]:
+    def document() -> OpenRpcDocument:
         return build_document(registry)
 
-    async def discover(ctx: CallContext, params: DiscoverParams) -> dict[str, Any]:
+    async def discover(ctx: CallContext, params: DiscoverParams) -> OpenRpcDocument:
         return document()
 
     registry.add(
         Operation(
             "rpc.discover",
             DiscoverParams,
-            dict[str, Any],
+            OpenRpcDocument,
             discover,
             "This document: every method with the JSON Schema of its params and result, and the "
             "errors it can answer (OpenRPC 1.x).",

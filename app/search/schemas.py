@@ -49,9 +49,11 @@ class QueryDecisionsParams(Struct):
     retrieval_mode: RetrievalMode | None = None
 
 
+# ``distance`` is absent where only the keyword side found it, ``reasons`` unless asked for
+# (DecisionItem's omit_defaults); the fields in the answer's key order.
 class FoundDecision(DecisionItem, kw_only=True):
-    score: float
     distance: Annotated[float, Meta(ge=0.0, le=2.0)] | None = None
+    score: float
     reasons: list[ReasonOut] | None = None
 
 

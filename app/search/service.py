@@ -19,20 +19,20 @@ import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Literal
 
 from sqlalchemy import Connection
 
 from app.errors import query_failed
 from app.operations.context import CallContext
 from app.operations.params import parse_timestamp
-from app.records.entries import list_item, reasons_of
+from app.records.entries import list_item, reasons_out
 from app.records.filters import SearchFilters
 from app.records.repository import Brief
 
 from . import fusion, keyword, semantic
 from .repository import filter_sql
-from .schemas import QueryDecisionsParams, QueryFiltersIn
+from .schemas import FoundDecision, QueryDecisionsParams, QueryDecisionsResult, QueryFiltersIn
 from .semantic import Match
 from .types import Hit, IndexUnavailable
 
@@ -321,26 +321,26 @@ def _read_hybrid(
 # ---------------------------------------------------------------- queryDecisions
 
 
-def summary(found: Match, *, include_reasons: bool) -> dict[str, Any]:
-    item = list_item(found.decision)
-    if found.distance is not None:
-        item["distance"] = round(found.distance, 6)
-    item["score"] = round(found.score, 6)
-    if include_reasons:
-        item["reasons"] = reasons_of(found.decision)
-    return item
+def summary(found: Match, *, include_reasons: bool) -> FoundDecision:
+    return list_item(
+        found.decision,
+        FoundDecision,
+        distance=None if found.distance is None else round(found.distance, 6),
+        score=round(found.score, 6),
+        reasons=reasons_out(found.decision) if include_reasons else None,
+    )
 
 
-async def query_decisions(ctx: CallContext, p: QueryDecisionsParams) -> dict[str, Any]:
+async def query_decisions(ctx: CallContext, p: QueryDecisionsParams) -> QueryDecisionsResult:
     started = time.perf_counter()
     filters = to_filters(p.filters)
     mode: Mode = p.retrieval_mode or default_mode(ctx)
     found = await find(ctx, p.query, filters, p.limit, reasons=p.include_reasons, mode=mode)
-    return {
-        "decisions": [summary(f, include_reasons=p.include_reasons) for f in found],
-        "total": len(found),
-        "query": p.query,
-        "queryTimeMs": round((time.perf_counter() - started) * 1000, 2),
-        "agent": ctx.agent,
-        "retrievalMode": mode,
-    }
+    return QueryDecisionsResult(
+        decisions=[summary(f, include_reasons=p.include_reasons) for f in found],
+        total=len(found),
+        query=p.query,
+        query_time_ms=round((time.perf_counter() - started) * 1000, 2),
+        agent=ctx.agent,
+        retrieval_mode=mode,
+    )

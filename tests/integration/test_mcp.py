@@ -156,7 +156,7 @@ async def the_same_calls(
     tools = (await session.list_tools()).tools
     assert sorted(t.name for t in tools) == TOOLS
     document = build_document(build_registry())
-    discover = {m["name"]: m for m in document["methods"]}
+    discover = {m["name"]: m for m in document.methods}
     by_name = {t.name: t for t in tools}
     record = by_name["record_decision"]
     assert set(record.input_schema["required"]) == {"decision", "confidence", "category"}
@@ -380,8 +380,8 @@ def test_tools_match_the_operation_table() -> None:
     # Each input schema is rpc.discover's params schema (the same JSON Schema, refs aside), but
     # for announce_intent's informational agent: on MCP the agent is never an argument.
     document = build_document(registry)
-    components = document["components"]["schemas"]
-    discover = {m["name"]: m for m in document["methods"]}
+    components = document.components["schemas"]
+    discover = {m["name"]: m for m in document.methods}
     by_tool = {op.tool: op for op in registry.tools()}
 
     def inlined(schema: Any, defs: dict[str, Any]) -> Any:

@@ -118,7 +118,7 @@ def test_protocol_md_names_every_method_and_param(shared_client: Any) -> None:
 
     documented = sections()
     described = build_document(shared_client.app.state.registry)
-    for method in described["methods"]:
+    for method in described.methods:
         assert method["name"] in documented, f"{method['name']} missing from PROTOCOL.md"
         text = documented[method["name"]]
         for param in method["params"]:

@@ -4,6 +4,7 @@ reproduce SPEC's worked examples), one slice's figures, and the advice built fro
 from __future__ import annotations
 
 import pytest
+from msgspec import to_builtins
 
 from app.calibration.schemas import (
     Sums,
@@ -76,14 +77,14 @@ def test_interpretation_scale(gap: float, label: str) -> None:
 
 def test_worked_example_a() -> None:
     s = sums([(0.75, 1.0)] * 4 + [(0.75, 0.0)] * 2)
-    f = figures(s, 5)
+    f = to_builtins(figures(s, 5))
     assert (f["brierScore"], f["accuracy"], f["calibrationGap"]) == (0.229, 0.667, -0.083)
     assert f["interpretation"] == "slightly_overconfident"
     assert (f["meanConfidence"], f["totalDecisions"], f["reviewedDecisions"]) == (0.75, 6, 6)
 
 
 def test_worked_example_b() -> None:
-    f = figures(sums([(0.8, 1.0)] * 5), 5)
+    f = to_builtins(figures(sums([(0.8, 1.0)] * 5), 5))
     assert (f["brierScore"], f["accuracy"], f["calibrationGap"]) == (0.04, 1.0, 0.2)
     assert f["interpretation"] == "underconfident"
 
@@ -93,23 +94,23 @@ def test_the_label_follows_the_rounded_gap() -> None:
     s = Sums(
         matched=5, reviewed=5, scored=5, sum_confidence=2.752, sum_score=2.5, sum_squared_error=1.0
     )
-    f = figures(s, 5)
+    f = to_builtins(figures(s, 5))
     assert f["calibrationGap"] == -0.05 and f["interpretation"] == "well_calibrated"
 
 
 def test_too_few_scored_decisions_is_insufficient_data() -> None:
-    f = figures(sums([(0.9, 1.0)] * 4, unscored=3, pending=2), 5)
+    f = to_builtins(figures(sums([(0.9, 1.0)] * 4, unscored=3, pending=2), 5))
     assert f["interpretation"] == "insufficient_data"
     assert (f["totalDecisions"], f["reviewedDecisions"], f["pendingDecisions"]) == (4, 7, 2)
     assert f["brierScore"] == 0.01
-    empty = figures(Sums(), 1)
+    empty = to_builtins(figures(Sums(), 1))
     assert empty["interpretation"] == "insufficient_data"
     assert empty["brierScore"] is None and empty["calibrationGap"] is None
 
 
 def test_buckets() -> None:
     assert [bucket_label(i) for i in (0, 7, 9)] == ["0.0-0.1", "0.7-0.8", "0.9-1.0"]
-    wire = bucket_wire(7, sums([(0.75, 1.0)] * 4 + [(0.75, 0.0)] * 2))
+    wire = to_builtins(bucket_wire(7, sums([(0.75, 1.0)] * 4 + [(0.75, 0.0)] * 2)))
     assert wire == {
         "bucket": "0.7-0.8",
         "low": 0.7,

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from app.guardrails.evaluate import MAX_RENDERED_FACT, evaluate, render_message
@@ -18,6 +19,7 @@ from app.guardrails.rules import (
     RuleSet,
     rule_set_version,
 )
+from app.guardrails.service import hits
 
 VALID_RULE = """\
 guardrails:
@@ -368,13 +370,15 @@ def test_verdict_shape_and_result_order() -> None:
         "warn",
         "do x",
     )
-    assert warning.as_dict() == {
-        "guardrailId": "w",
-        "name": "rule w",
-        "message": "warn high",
-        "severity": "warn",
-        "suggestion": "do x",
-    }
+    assert msgspec.to_builtins(hits([warning])) == [
+        {
+            "guardrailId": "w",
+            "name": "rule w",
+            "message": "warn high",
+            "severity": "warn",
+            "suggestion": "do x",
+        }
+    ]
     assert [v.guardrail_id for v in result.violations] == ["b"]
     assert result.version == rules.version
     assert evaluate(rules, {"stakes": "medium"}, None).allowed is True
