@@ -64,6 +64,11 @@ class Batcher(Generic[T, R]):
         self._queue: deque[tuple[T, asyncio.Future[R]]] = deque()
         self._worker: asyncio.Task[None] | None = None
 
+    @property
+    def queued(self) -> int:
+        """Items queued and not yet taken into a batch."""
+        return len(self._queue)
+
     async def submit(self, item: T) -> R:
         """``item``'s outcome once its batch is done: its result, or what it raised."""
         return await asyncio.shield(self.enqueue(item))

@@ -2,8 +2,8 @@
 
 Concurrent recordDecision calls are written together (app.batches: why batches, and what a
 lone call costs): one transaction (one INSERT per table, one COMMIT), then one outbox pass
-(one batch of YAML files, one index upsert) for the decisions committed while the previous
-pass ran.
+(one batch of YAML files, one index upsert) for its decisions, and for those of earlier
+batches that were held back while more calls waited to be committed (``_start_pass``).
 
 Each call keeps its own outcome. When a batch's transaction fails (a drawn id collides with
 a stored one, say), every call in it is written again alone, in a transaction of its own that
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.batches import Batcher
+from app.batches import MAX_BATCH, Batcher
 from app.db.decisions import Decision
 from app.db.engine import Database
 from app.db.outbox import EventKind, OutboxEvent
@@ -49,7 +49,7 @@ class _Unit:
     prepared: Awaitable[None]  # the embedding, computed while the rows are written
     decision: Decision | None = None  # the row added in the unit's latest transaction
     events: list[OutboxEvent] = field(default_factory=list)  # its outbox events
-    indexed: asyncio.Future[bool] | None = None  # its outbox pass, queued once committed
+    indexed: asyncio.Future[bool] | None = None  # its outbox pass's outcome, once committed
 
 
 class RecordWriter:
@@ -60,11 +60,8 @@ class RecordWriter:
         self._commits: Batcher[_Unit, _Unit] = Batcher(
             "decisions", self._commit_group, recover=self._after_failed_group
         )
-        # Committed rows' outbox passes; one the server stops before its pass is not in the
-        # index yet, and the outbox loop finishes it.
-        self._passes: Batcher[_Unit, bool] = Batcher(
-            "outbox passes", self._deliver, stopped=_not_indexed
-        )
+        self._held: list[_Unit] = []  # committed, their outbox pass not started yet
+        self._passes: set[asyncio.Task[None]] = set()
 
     async def write(
         self, build: Callable[[], Decision], evaluation: Staged | None, prepared: Awaitable[None]
@@ -78,13 +75,29 @@ class RecordWriter:
     async def drain(self) -> None:
         """Wait until everything queued now is written and delivered (shutdown, tests).
         Cancelling the wait leaves the work alone: its callers still get their answers."""
-        await self._commits.drain()
-        await self._passes.drain()  # a committed unit's pass is queued before its commit ends
+        await self._commits.drain()  # the last batch started the passes it held
+        while self._passes:
+            await asyncio.wait(set(self._passes))  # a cancelled wait cancels nothing
 
     def _committed(self, units: list[_Unit]) -> list[_Unit]:
+        loop = asyncio.get_running_loop()
         for unit in units:
-            unit.indexed = self._passes.enqueue(unit)
+            unit.indexed = loop.create_future()
+        self._held.extend(units)
+        self._start_pass()
         return units
+
+    def _start_pass(self) -> None:
+        """Start the outbox pass of the committed decisions held, unless more calls wait to
+        be committed: then the pass waits for their commit and both go together (up to a
+        batch), since an index upsert has a fixed cost besides its cost per decision and
+        holds the interpreter lock, so fewer, larger passes leave more time to the rest."""
+        if not self._held or (self._commits.queued and len(self._held) < MAX_BATCH):
+            return
+        held, self._held = self._held, []
+        task = asyncio.get_running_loop().create_task(self._deliver(held))
+        self._passes.add(task)
+        task.add_done_callback(self._passes.discard)
 
     async def _after_failed_group(
         self, group: list[_Unit], exc: Exception
@@ -103,6 +116,7 @@ class RecordWriter:
                     len(group),
                     exc_info=True,
                 )
+                self._start_pass()  # for those an earlier batch held
                 return [check] * len(group)
             if stored:
                 log.warning(
@@ -117,6 +131,7 @@ class RecordWriter:
                 outcomes.append(await self._commit_alone(unit))
             except Exception as failure:  # it is that call's outcome
                 outcomes.append(failure)
+        self._start_pass()  # for those an earlier batch held, when none of these committed
         return outcomes
 
     async def _all_stored(self, decisions: list[Decision]) -> bool:
@@ -172,26 +187,25 @@ class RecordWriter:
                 return
         raise CstpError(STORAGE_ERROR, "Storage error: no free decision id could be drawn")
 
-    async def _deliver(self, units: list[_Unit]) -> list[bool]:
-        """The outbox pass for committed decisions: whether each is in the index now."""
-        await asyncio.gather(*(unit.prepared for unit in units), return_exceptions=True)
-        events = [event for unit in units for event in unit.events]
-        decisions = [unit.decision for unit in units if unit.decision is not None]
+    async def _deliver(self, units: list[_Unit]) -> None:
+        """The outbox pass for committed decisions, then each call's answer: whether its
+        decision is in the index now. The rows and their events are committed: whatever this
+        pass does not do (it fails, or the server stops first), the outbox loop finishes."""
+        done: set[int] = set()
         try:
+            await asyncio.gather(*(unit.prepared for unit in units), return_exceptions=True)
+            events = [event for unit in units for event in unit.events]
+            decisions = [unit.decision for unit in units if unit.decision is not None]
             stats = await self.relay.process(events, decisions)
             done = set(stats.done_ids)
         except Exception:
-            # The rows and their events are committed; the outbox finishes what failed here.
             log.exception("outbox pass after recordDecision failed")
-            done = set()
-        return [
-            next(e.id for e in unit.events if e.kind == EventKind.INDEX) in done for unit in units
-        ]
+        finally:
+            for unit in units:
+                index_event = next(e.id for e in unit.events if e.kind == EventKind.INDEX)
+                if unit.indexed is not None and not unit.indexed.done():
+                    unit.indexed.set_result(index_event in done)
 
 
 def _nothing() -> None:
     """What there is to undo before anything was settled."""
-
-
-def _not_indexed(_unit: _Unit) -> bool:
-    return False
