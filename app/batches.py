@@ -4,9 +4,9 @@ This is the server's one group-commit mechanism. recordDecision and announceInte
 rows to a ``Batcher`` whose batch is one write transaction: on SQLite every write transaction
 holds the database's only write lock from its first statement to its COMMIT, and on either
 database a COMMIT has a fixed cost (a log flush), so one transaction for the calls that queued
-while the previous one was written costs less than one each. recordDecision's outbox pass
-after the commit is a second ``Batcher`` (an index upsert also has a fixed cost per call).
-docs/ARCHITECTURE.md, "Transactions", lists every commit boundary and why it is there.
+while the previous one was written costs less than one each. The vector index batches its
+upserts the same way (an upsert has a fixed cost per call too). docs/ARCHITECTURE.md,
+"Transactions", lists every commit boundary and why it is there.
 
 A lone call is a batch of one: a batch waits for nothing but one turn of the event loop, so
 that calls whose requests have already arrived join it. Each call keeps its own outcome: when
