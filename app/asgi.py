@@ -19,6 +19,7 @@ from .rpc import discover
 from .rpc.dispatcher import Dispatcher
 from .rpc.route import build_rpc_route
 from .runtime import Runtime
+from .scopes import agent_principal
 from .search.embedder import Embedder
 from .services import build_services
 from .system.routes import agent_card, health, ready
@@ -56,7 +57,10 @@ def resolve_tokens(settings: Settings) -> TokenTable:
             settings.data_dir / "local-token",
             " (new)" if created else "",
         )
-    return TokenTable(tokens)
+    table = TokenTable()
+    for token, agent in tokens.items():
+        table.add(token, agent_principal(agent))
+    return table
 
 
 def create_app(

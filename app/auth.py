@@ -1,4 +1,4 @@
-"""Bearer tokens → agent ids, compared in constant time.
+"""Bearer tokens → principals (agent, workspace, scopes), compared in constant time.
 
 With no tokens configured the server does not run open: ``ensure_local_token`` creates one
 for agent ``local`` and keeps it in the data dir (mode 0600) so it survives restarts.
@@ -10,24 +10,29 @@ import hashlib
 import hmac
 import os
 import secrets
-from collections.abc import Mapping
 from pathlib import Path
 
 from .config import ConfigError, Settings, add_token, parse_tokens
+from .scopes import Principal
 
 LOCAL_AGENT = "local"
 LOCAL_TOKEN_FILE = "local-token"
 
 
 class TokenTable:
-    """Looks a presented token up against every configured token, without early exit."""
+    """Looks a presented token up against every known token, without early exit."""
 
-    def __init__(self, tokens: Mapping[str, str]) -> None:
-        if not tokens:
-            raise ConfigError("no bearer tokens configured")
-        self._entries = [(hashlib.sha256(t.encode()).digest(), a) for t, a in tokens.items()]
+    def __init__(self) -> None:
+        self._entries: list[tuple[bytes, Principal]] = []
 
-    def agent_for(self, authorization: str | None) -> str | None:
+    def add(self, token: str, principal: Principal) -> None:
+        """Let ``token`` in as ``principal``; only its SHA-256 is kept."""
+        self._entries.append((hashlib.sha256(token.encode()).digest(), principal))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def principal_for(self, authorization: str | None) -> Principal | None:
         if not authorization:
             return None
         scheme, _, token = authorization.partition(" ")
@@ -35,10 +40,10 @@ class TokenTable:
         if scheme.lower() != "bearer" or not token:
             return None
         presented = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
-        found: str | None = None
-        for digest, agent in self._entries:
+        found: Principal | None = None
+        for digest, principal in self._entries:
             if hmac.compare_digest(digest, presented):
-                found = agent
+                found = principal
         return found
 
 

@@ -19,6 +19,7 @@ STORAGE_ERROR = -32005
 UNAVAILABLE = -32006
 DECISION_NOT_FOUND = -32007
 CONFLICT = -32008
+FORBIDDEN = -32010
 
 MESSAGES = {
     INVALID_PARAMS: "Invalid params",
@@ -30,11 +31,12 @@ MESSAGES = {
     UNAVAILABLE: "Unavailable",
     DECISION_NOT_FOUND: "Decision not found",
     CONFLICT: "Conflict",
+    FORBIDDEN: "Forbidden",
 }
 
 # What any operation can answer: bad params, over budget, the database, the shared rate-limit
-# store unreachable, a bug.
-COMMON = (INVALID_PARAMS, RATE_LIMITED, STORAGE_ERROR, UNAVAILABLE, INTERNAL_ERROR)
+# store unreachable, a token without the operation's scope, a bug.
+COMMON = (INVALID_PARAMS, RATE_LIMITED, STORAGE_ERROR, UNAVAILABLE, FORBIDDEN, INTERNAL_ERROR)
 
 
 class CstpError(Exception):
@@ -51,6 +53,11 @@ class CstpError(Exception):
 def invalid_params(field: str, error: str) -> CstpError:
     """A param is missing, of the wrong type or out of range; ``field`` names it."""
     return CstpError(INVALID_PARAMS, data={"field": field, "error": error})
+
+
+def forbidden(scope: str, why: str) -> CstpError:
+    """The token lacks ``scope``, which the call (or the object it acts on) needs."""
+    return CstpError(FORBIDDEN, f"Forbidden: {why}", {"scope": scope})
 
 
 def rate_limited(retry_after_ms: int) -> CstpError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app import scopes
 from app.operations.registry import Operation, Registry
 
 from .schemas import GetCalibrationParams, GetCalibrationResult
@@ -23,5 +24,6 @@ def register(registry: Registry) -> None:
             "confident to be.",
             writes=False,
             tool="get_calibration",
+            scopes=(scopes.READ,),
         )
     )

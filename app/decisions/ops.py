@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app import scopes
 from app.errors import DECISION_NOT_FOUND
 from app.operations.registry import Operation, Registry
 
@@ -33,6 +34,7 @@ def register(registry: Registry) -> None:
             "the decision later) and whether it is already searchable.",
             transaction=False,  # app.decisions.writer commits its rows in batches
             tool="record_decision",
+            scopes=(scopes.RECORD,),
         )
     )
     registry.add(
@@ -49,6 +51,7 @@ def register(registry: Registry) -> None:
             "suggestions and calibration useful.",
             errors=(DECISION_NOT_FOUND,),
             tool="review_decision",
+            scopes=(scopes.REVIEW_OWN, scopes.REVIEW_ANY),
         )
     )
     registry.add(
@@ -63,6 +66,7 @@ def register(registry: Registry) -> None:
             writes=False,
             errors=(DECISION_NOT_FOUND,),
             tool="get_decision",
+            scopes=(scopes.READ,),
         )
     )
     registry.add(
@@ -77,5 +81,6 @@ def register(registry: Registry) -> None:
             "find decisions similar in meaning to a situation, use query_decisions instead.",
             writes=False,
             tool="list_decisions",
+            scopes=(scopes.READ,),
         )
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app import scopes
 from app.errors import GUARDRAIL_EVAL_FAILED
 from app.operations.context import CallContext
 from app.operations.params import known_category
@@ -72,6 +73,7 @@ def register(registry: Registry) -> None:
             "blocking rule fired, do not proceed), the violations and warnings with suggestions.",
             errors=(GUARDRAIL_EVAL_FAILED,),
             tool="check_guardrails",
+            scopes=(scopes.ANNOUNCE,),
         )
     )
     registry.add(
@@ -86,5 +88,6 @@ def register(registry: Registry) -> None:
             "before planning an action.",
             writes=False,
             tool="list_guardrails",
+            scopes=(scopes.READ,),
         )
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app import scopes
 from app.errors import CONFLICT, GUARDRAIL_EVAL_FAILED
 from app.operations.registry import Operation, Registry
 
@@ -31,5 +32,6 @@ def register(registry: Registry) -> None:
             errors=(GUARDRAIL_EVAL_FAILED, CONFLICT),
             not_tool_arguments=("agent",),
             tool="announce_intent",
+            scopes=(scopes.ANNOUNCE,),
         )
     )

@@ -33,6 +33,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from app.errors import internal_error
 from app.operations.registry import Operation, Registry
 from app.operations.runner import Runner
+from app.scopes import Principal
 
 from .tools import build_server
 
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     from app.auth import TokenTable
     from app.config import Settings
 
-AGENT_KEY = "cstp.agent"  # where the gate leaves the token's agent in the ASGI scope
+PRINCIPAL_KEY = "cstp.principal"  # where the gate leaves the token's principal (ASGI scope)
 LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 UNAUTHORIZED = b'{"error":"unauthorized","message":"%s"}'
 WRONG_HOST = b'{"error":"misdirected_request","message":"/mcp does not serve this Host"}'
@@ -132,14 +133,18 @@ def build_mcp_mount(
     async def call(
         operation: Operation[Any, Any], arguments: dict[str, Any], ctx: ServerRequestContext
     ) -> Any:
-        agent = ctx.request.scope.get(AGENT_KEY) if ctx.request is not None else None
-        if not isinstance(agent, str):
+        principal = _principal(ctx)
+        if principal is None:
             raise internal_error()  # the gate always sets it; never run a call without one
-        return await runner.run(operation, arguments, agent, face="mcp")
+        return await runner.run(operation, arguments, principal, face="mcp")
+
+    def scopes(ctx: ServerRequestContext) -> frozenset[str] | None:
+        principal = _principal(ctx)
+        return None if principal is None else principal.scopes
 
     hosts = allowed_hosts(settings)
     manager = StreamableHTTPSessionManager(
-        app=build_server(registry, call),
+        app=build_server(registry, call, scopes),
         stateless=True,
         json_response=True,
         # Host and Origin are checked by the gate below, more strictly than the SDK would.
@@ -155,8 +160,8 @@ def build_mcp_mount(
         if not header:
             await _unauthorized(send, "missing bearer token")
             return
-        agent = tokens.agent_for(header)
-        if agent is None:
+        principal = tokens.principal_for(header)
+        if principal is None:
             await _unauthorized(send, "invalid bearer token")
             return
         if hosts is not None:
@@ -171,7 +176,7 @@ def build_mcp_mount(
             return
         # An ASGI scope is a plain dict, open to extensions like ours, which litestar types as
         # a TypedDict of the standard keys only.
-        cast("dict[str, Any]", scope)[AGENT_KEY] = agent
+        cast("dict[str, Any]", scope)[PRINCIPAL_KEY] = principal
         # The SDK annotates the same scope and channels with Starlette's types (plain mappings).
         await manager.handle_request(scope, receive, send)  # type: ignore[arg-type]  # litestar's TypedDicts
 
@@ -209,3 +214,9 @@ async def _answer(send: Send, status: int, body: bytes, headers: list[tuple[byte
     }
     await send(start)
     await send({"type": "http.response.body", "body": body, "more_body": False})  # ASGI's default
+
+
+def _principal(ctx: ServerRequestContext) -> Principal | None:
+    """The principal the gate found for this request's token."""
+    principal = ctx.request.scope.get(PRINCIPAL_KEY) if ctx.request is not None else None
+    return principal if isinstance(principal, Principal) else None

@@ -83,14 +83,25 @@ def _standalone(schema: dict[str, Any], components: dict[str, Any]) -> dict[str,
     return {**schema, "$defs": needed} if needed else dict(schema)
 
 
-def build_server(registry: Registry, call: Call) -> Server:
+def build_server(
+    registry: Registry,
+    call: Call,
+    scopes: Callable[[ServerRequestContext], frozenset[str] | None] = lambda _: None,
+) -> Server:
+    """The MCP server of the operation table. ``scopes`` gives a request's token scopes: a
+    token sees only the tools it may call (None: every tool, where the caller's server
+    decides, as behind ``cstp mcp``)."""
     tools = tool_list(registry)
     by_tool = {op.tool: op for op in registry.tools()}
+    needs = {tool.name: by_tool[tool.name].scopes for tool in tools}
 
     async def list_tools(
         ctx: ServerRequestContext, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=tools)
+        held = scopes(ctx)
+        if held is None:
+            return types.ListToolsResult(tools=tools)
+        return types.ListToolsResult(tools=[t for t in tools if held & set(needs[t.name])])
 
     async def call_tool(
         ctx: ServerRequestContext, params: types.CallToolRequestParams

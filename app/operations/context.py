@@ -8,19 +8,26 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.scopes import Principal
+
 if TYPE_CHECKING:
     from app.services import Services
 
 
 @dataclass
 class CallContext:
-    agent: str
+    principal: Principal  # who calls: the token's agent, workspace and scopes
     method: str
     services: Services
     # The call's transaction; None for an operation that commits in batches of its own
     # (``Operation.transaction``), whose reads each take a short one.
     open_session: AsyncSession | None
     after_commit: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    @property
+    def agent(self) -> str:
+        """The calling agent: always the one its token names."""
+        return self.principal.agent
 
     @property
     def session(self) -> AsyncSession:

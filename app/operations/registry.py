@@ -12,6 +12,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from app.scopes import SCOPES
+
 if TYPE_CHECKING:
     from app.errors import CstpError
 
@@ -36,6 +38,9 @@ class Operation(Generic[P, R]):
     # For a model deciding when to call it: what it is for, when to call it, what it answers
     # (the MCP tool description and the OpenRPC description).
     description: str = ""
+    # The scopes that let a token call it, any one of them (app.scopes); every operation
+    # declares its own (``Registry.add`` refuses one without).
+    scopes: tuple[str, ...] = ()
     writes: bool = True
     # False: the runner opens no transaction for the call; its handler reads in short
     # transactions of its own and hands its rows to a batched writer (app.batches), so the
@@ -56,6 +61,8 @@ class Registry:
         self._operations: dict[str, Operation[Any, Any]] = {}
 
     def add(self, operation: Operation[P, R]) -> None:
+        if not operation.scopes or not set(operation.scopes) <= set(SCOPES):
+            raise ValueError(f"operation {operation.name} must declare its scopes (app.scopes)")
         # Generic, not Operation[Any, Any]: that type context would let mypy infer Any for
         # the operation's types and so accept a handler that answers another type.
         if operation.name in self._operations:

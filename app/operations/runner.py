@@ -1,10 +1,10 @@
 """The runner every face calls: one operation call, from raw params to its result.
 
-Rate limit, params validation, one transaction per call (committed, then the after-commit
-steps) unless the operation commits in batches of its own, the failure hook that audits a
-failed call, and one structured log line per call.
-A face resolves the operation, hands the raw params (a JSON object) and the caller's agent,
-and renders the result or the ``CstpError`` raised.
+The scope check, the rate limit, params validation, one transaction per call (committed,
+then the after-commit steps) unless the operation commits in batches of its own, the failure
+hook that audits a failed call, and one structured log line per call. A face resolves the
+operation, hands the raw params (a JSON object) and the principal its token names, and
+renders the result or the ``CstpError`` raised.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from app.errors import CstpError, internal_error, invalid_params, storage_error
+from app.errors import CstpError, forbidden, internal_error, invalid_params, storage_error
+from app.scopes import Principal
 
 from .context import CallContext
 from .params import decode, ensure_object
@@ -36,7 +37,7 @@ class Runner:
         self,
         operation: Operation[Any, Any],
         raw_params: Any,
-        agent: str,
+        principal: Principal,
         *,
         face: str = "jsonrpc",
         request_id: Any = None,
@@ -46,7 +47,7 @@ class Runner:
         calls = self.services.calls
         calls.running += 1
         try:
-            return await self._call(operation, raw_params, agent, face, request_id)
+            return await self._call(operation, raw_params, principal, face, request_id)
         finally:
             calls.running -= 1
 
@@ -54,20 +55,23 @@ class Runner:
         self,
         operation: Operation[Any, Any],
         raw_params: Any,
-        agent: str,
+        principal: Principal,
         face: str,
         request_id: Any,
     ) -> Any:
         started = time.perf_counter()
+        agent = principal.agent
         raw: dict[str, Any] = {}
         try:
             raw = ensure_object(raw_params)
+            if not any(principal.may(scope) for scope in operation.scopes):
+                raise forbidden(operation.scopes[0], f"{operation.name} needs this scope")
             await self.services.limiter.check(agent, operation.name)
             try:
                 params = decode(raw, operation.params)
             except RecursionError:
                 raise invalid_params("params", "is nested too deeply") from None
-            result = await self._run(operation, params, agent)
+            result = await self._run(operation, params, principal)
         except CstpError as exc:
             error = exc
         except Exception:
@@ -77,17 +81,17 @@ class Runner:
             log_call(agent, operation.name, request_id, "ok", started, face)
             return result
         if operation.on_failure is not None:
-            await self._record_failure(operation, agent, raw, error)
+            await self._record_failure(operation, principal, raw, error)
         log_call(agent, operation.name, request_id, str(error.code), started, face)
         raise error
 
-    async def _run(self, operation: Operation[Any, Any], params: Any, agent: str) -> Any:
+    async def _run(self, operation: Operation[Any, Any], params: Any, principal: Principal) -> Any:
         try:
             if not operation.transaction:  # it commits in batches (app.batches)
-                ctx = CallContext(agent, operation.name, self.services, None)
+                ctx = CallContext(principal, operation.name, self.services, None)
                 return await operation.handler(ctx, params)
             async with self.services.db.transaction(write=operation.writes) as session:
-                ctx = CallContext(agent, operation.name, self.services, session)
+                ctx = CallContext(principal, operation.name, self.services, session)
                 result = await operation.handler(ctx, params)
         except (SQLAlchemyError, OSError):
             # OSError: asyncpg raises ConnectionRefusedError (and TimeoutError) unwrapped when
@@ -105,14 +109,14 @@ class Runner:
     async def _record_failure(
         self,
         operation: Operation[Any, Any],
-        agent: str,
+        principal: Principal,
         raw_params: dict[str, Any],
         error: CstpError,
     ) -> None:
         assert operation.on_failure is not None
         try:
             async with self.services.db.transaction(write=True) as session:
-                ctx = CallContext(agent, operation.name, self.services, session)
+                ctx = CallContext(principal, operation.name, self.services, session)
                 await operation.on_failure(ctx, raw_params, error)
         except Exception:
             log.exception("could not record the failure of %s", operation.name)

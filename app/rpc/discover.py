@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from app import scopes
 from app.errors import COMMON, MESSAGES
 from app.operations.context import CallContext
 from app.operations.registry import Operation, Registry
@@ -101,5 +102,6 @@ def register(registry: Registry) -> None:
             "This document: every method with the JSON Schema of its params and result, and the "
             "errors it can answer (OpenRPC 1.x).",
             writes=False,
+            scopes=(scopes.READ,),
         )
     )

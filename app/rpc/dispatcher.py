@@ -15,6 +15,7 @@ import msgspec
 from app.errors import CstpError
 from app.operations.registry import Registry
 from app.operations.runner import Runner, log_call
+from app.scopes import Principal
 
 from .errors import (
     INVALID_REQUEST,
@@ -67,7 +68,7 @@ class Dispatcher:
         self.services = services
         self.runner = runner
 
-    async def handle(self, body: bytes, agent: str) -> bytes | None:
+    async def handle(self, body: bytes, principal: Principal) -> bytes | None:
         """Answer one HTTP body; ``None`` means no response object (notifications only)."""
         try:
             payload = msgspec.json.decode(body)
@@ -86,14 +87,14 @@ class Dispatcher:
                 return _encoder.encode(_error(None, error))
             responses = []
             for item in payload:
-                response = await self.call(item, agent)
+                response = await self.call(item, principal)
                 if response is not None:
                     responses.append(response)
             return _encoder.encode(responses) if responses else None
-        response = await self.call(payload, agent)
+        response = await self.call(payload, principal)
         return None if response is None else _encoder.encode(response)
 
-    async def call(self, item: Any, agent: str) -> dict[str, Any] | None:
+    async def call(self, item: Any, principal: Principal) -> dict[str, Any] | None:
         """One request object → its response object, or None for a notification."""
         if not isinstance(item, dict):
             return _error(None, envelope_error(INVALID_REQUEST))
@@ -107,10 +108,14 @@ class Dispatcher:
         log_id = bytes(rid).decode() if isinstance(rid, msgspec.Raw) else rid
         operation = self.registry.get(name)
         if operation is None:
-            log_call(agent, name, log_id, str(METHOD_NOT_FOUND), time.perf_counter(), "jsonrpc")
+            log_call(
+                principal.agent, name, log_id, str(METHOD_NOT_FOUND), time.perf_counter(), "jsonrpc"
+            )
             return None if is_notification else _error(rid, method_not_found(name))
         try:
-            result = await self.runner.run(operation, item.get("params"), agent, request_id=log_id)
+            result = await self.runner.run(
+                operation, item.get("params"), principal, request_id=log_id
+            )
         except CstpError as exc:
             return None if is_notification else _error(rid, exc)
         return None if is_notification else {"jsonrpc": "2.0", "result": result, "id": rid}

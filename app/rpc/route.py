@@ -30,8 +30,8 @@ def build_rpc_route(max_body_bytes: int) -> HTTPRouteHandler:
         header = request.headers.get("authorization")
         if not header:
             return unauthorized("missing bearer token")
-        agent = state.tokens.agent_for(header)
-        if agent is None:
+        principal = state.tokens.principal_for(header)
+        if principal is None:
             return unauthorized("invalid bearer token")
         try:
             body = await request.body()
@@ -41,7 +41,7 @@ def build_rpc_route(max_body_bytes: int) -> HTTPRouteHandler:
                 return Response(message, status_code=413, media_type=JSON)
             raise
         dispatcher: Dispatcher = state.dispatcher
-        answer = await dispatcher.handle(body, agent)
+        answer = await dispatcher.handle(body, principal)
         if answer is None:
             return Response(b"", status_code=204)
         return Response(answer, status_code=200, media_type=JSON)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app import scopes
 from app.errors import QUERY_FAILED
 from app.operations.registry import Operation, Registry
 
@@ -27,5 +28,6 @@ def register(registry: Registry) -> None:
             writes=False,
             errors=(QUERY_FAILED,),
             tool="query_decisions",
+            scopes=(scopes.READ,),
         )
     )

@@ -13,6 +13,7 @@ from app.errors import CstpError
 from app.operations.context import CallContext
 from app.operations.registry import Operation
 from app.operations.runner import Runner
+from app.scopes import READ, Principal
 
 
 class NoParams(msgspec.Struct):
@@ -20,7 +21,7 @@ class NoParams(msgspec.Struct):
 
 
 def operation(name: str, handler: Any) -> Operation:
-    return Operation(name, NoParams, dict, handler, summary=name, writes=False)
+    return Operation(name, NoParams, dict, handler, summary=name, scopes=(READ,), writes=False)
 
 
 async def test_calls_count_while_they_run_and_no_longer_once_ended(services: Any) -> None:
@@ -41,10 +42,10 @@ async def test_calls_count_while_they_run_and_no_longer_once_ended(services: Any
         raise RuntimeError("a bug")
 
     assert calls.running == 0 and not calls.crowded()
-    first = asyncio.create_task(runner.run(operation("test.wait", wait), {}, "agent-a"))
+    first = asyncio.create_task(runner.run(operation("test.wait", wait), {}, Principal("agent-a")))
     assert await inside.get() == 1 and not calls.crowded()  # one call alone has the cores
 
-    second = asyncio.create_task(runner.run(operation("test.wait", wait), {}, "agent-b"))
+    second = asyncio.create_task(runner.run(operation("test.wait", wait), {}, Principal("agent-b")))
     assert await inside.get() == 2 and calls.crowded()
 
     release.set()
@@ -53,9 +54,11 @@ async def test_calls_count_while_they_run_and_no_longer_once_ended(services: Any
 
     for handler, code in ((fail, -32001), (crash, -32603)):
         with pytest.raises(CstpError) as raised:
-            await runner.run(operation("test.fail", handler), {}, "agent-a")
+            await runner.run(operation("test.fail", handler), {}, Principal("agent-a"))
         assert raised.value.code == code
         assert calls.running == 0
     with pytest.raises(CstpError):
-        await runner.run(operation("test.wait", wait), [1, 2], "agent-a")  # params not an object
+        await runner.run(
+            operation("test.wait", wait), [1, 2], Principal("agent-a")
+        )  # params not an object
     assert calls.running == 0

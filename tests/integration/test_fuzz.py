@@ -57,6 +57,7 @@ SPEC_CODES = {
     -32005,
     -32007,
     -32008,
+    -32010,
 }
 MAX_BODY = 64 * 1024  # small cap, so that oversized bodies (HTTP 413) are cheap to send
 REQUEST_TIMEOUT = 30.0

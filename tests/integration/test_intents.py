@@ -30,6 +30,7 @@ from app.db.intents import Intent, IntentMatch
 from app.guardrails.service import Request, evaluate_request
 from app.intents.writer import Announcement
 from app.operations.context import CallContext
+from app.scopes import Principal
 from app.search.embedder import Embedder
 from support.app import Rpc, serve_app
 from support.databases import run_sql
@@ -761,7 +762,7 @@ async def test_an_announcement_that_cannot_be_written_fails_alone_in_its_group(
     alone, after the group's transaction failed) and only that one fails."""
     await rpc.ok(ANNOUNCE, {"intent": "Add a cache", "correlationId": "first"})
     (taken,) = await rows(db, Intent, Intent.correlation_id == "first")
-    ctx = CallContext("alice", ANNOUNCE, services, open_session=None)
+    ctx = CallContext(Principal("alice"), ANNOUNCE, services, open_session=None)
 
     def announcement(n: int, intent_id: str) -> Announcement:
         staged = evaluate_request(

@@ -195,7 +195,9 @@ async def test_unexpected_error_is_generic_and_logged(client: Any, rpc: Any, cap
     async def explode(ctx: Any, params: Any) -> Any:
         raise RuntimeError("secret detail /etc/passwd SELECT * FROM decisions")
 
-    client.app.state.registry.add(Operation("test.explode", NoParams, dict, explode, "explodes"))
+    client.app.state.registry.add(
+        Operation("test.explode", NoParams, dict, explode, "explodes", scopes=("read",))
+    )
     with caplog.at_level(logging.INFO, logger="cstp.rpc"):
         answer = await rpc.call("test.explode")
     assert answer["error"] == {"code": -32603, "message": "Internal error"}
