@@ -9,6 +9,10 @@ one's) gives the time just after the last review's instead, so ``reviewed_at`` f
 same order as the ids and can stand in for them where a review id is not at hand (the YAML
 file: app.decisions.export).
 
+An agent reviews the decisions it recorded (scope ``review:own``); any decision needs
+``review:any`` (a reviewer's token), so that no agent can rewrite the outcomes another's
+calibration is computed from.
+
 The refreshed YAML file and index entry go through the outbox, built by the same document
 functions as at record time, so no field is dropped and the outcome becomes filterable.
 """
@@ -18,8 +22,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 from app.db.outbox import EventKind
+from app.errors import forbidden
 from app.operations.context import CallContext
 from app.runtime import iso
+from app.scopes import REVIEW_ANY
 
 from . import document, repository
 from .schemas import ReviewDecisionParams, ReviewDecisionResult
@@ -29,6 +35,8 @@ AFTER = timedelta(microseconds=1)  # the step both databases store a time to
 
 async def review(ctx: CallContext, p: ReviewDecisionParams) -> ReviewDecisionResult:
     decision = await repository.lock_one(ctx.session, p.id)
+    if decision.recorded_by != ctx.agent and not ctx.principal.may(REVIEW_ANY):
+        raise forbidden(REVIEW_ANY, "reviewing a decision another agent recorded needs this scope")
     now = ctx.services.runtime.now()  # after the lock: the reviews' times follow their order
     last = await repository.last_review_time(ctx.session, decision.id)
     if last is not None and now <= last:

@@ -36,7 +36,7 @@ from app.cli import main
 from app.config import Settings, parse_rate_limits
 from app.db import migrate
 from app.search.embedder import Embedder
-from support.app import TOKENS, Rpc, serve_app
+from support.app import TOKENS, Rpc, add_token, serve_app
 from support.databases import USE_PG, copy_database, run_sql
 from support.processes import cstp_servers
 
@@ -204,7 +204,8 @@ class Golden:
     last_three: list[str]  # the evaluations of the last three calls
 
 
-async def build_chain(rpc: Rpc) -> dict[str, list[Any]]:
+async def build_chain(rpc: Rpc, reviewer: str) -> dict[str, list[Any]]:
+    """``reviewer``: a token of role reviewer (bob's), which reviews alice's decisions."""
     late: list[str] = []
     for n in range(20):
         await rpc.ok("cstp.checkGuardrails", {"action": {"description": f"early check {n}"}})
@@ -237,7 +238,7 @@ async def build_chain(rpc: Rpc) -> dict[str, list[Any]]:
                 "lessons": f"lesson {n}",
                 "affectedKpis": {"latency": n, "ratio": 0.25},
             },
-            token="token-bob" if n % 2 else None,
+            token=reviewer if n % 2 else None,
         )
     for decision_id in recorded[:5]:  # reviewed twice
         await rpc.ok("cstp.reviewDecision", {"id": decision_id, "outcome": "success"})
@@ -262,7 +263,8 @@ async def golden(
     async with copy_database(template_db, folder) as url:
         app = create_app(settings_for(url, folder), embedder=embedder)
         async with serve_app(app) as http:
-            made = await build_chain(Rpc(http))
+            reviewer = add_token(http, "token-bob-reviewer", "bob", "reviewer")
+            made = await build_chain(Rpc(http), reviewer)
         intents = await run_sql(url, "SELECT id FROM intents WHERE outcome = 'ok' ORDER BY id")
         reviews = await run_sql(url, "SELECT id FROM decision_reviews ORDER BY id")
         source = url.rsplit("/", 1)[1] if USE_PG else url.split("///", 1)[1]

@@ -16,7 +16,7 @@ from sqlalchemy.exc import DBAPIError
 from app.asgi import create_app
 from app.config import Settings
 from app.runtime import Runtime, iso
-from support.app import SEED_DECISION, Rpc, serve_app
+from support.app import SEED_DECISION, Rpc, add_token, serve_app
 from support.databases import run_sql
 
 T0 = datetime(2026, 5, 4, 10, 30, 0, tzinfo=UTC)
@@ -73,6 +73,11 @@ async def sql(settings: Settings, statement: str, **params: Any) -> list[dict[st
     return await run_sql(settings.database_url, statement, **params)
 
 
+def bob_reviewer(a: App) -> str:
+    """A token of role reviewer for bob: it reviews decisions other agents recorded."""
+    return add_token(a.rpc.client, "token-bob-reviewer", "bob", "reviewer")
+
+
 def full_decision() -> dict[str, Any]:
     return {**SEED_DECISION, **PROJECT_FIELDS}
 
@@ -110,7 +115,7 @@ async def test_review_result_and_reviewer(app: App) -> None:
             "actualResult": "Worked well",
             "agent": {"id": "mallory"},  # informational, never trusted
         },
-        token="token-bob",
+        token=bob_reviewer(app),
     )
     core = {"success", "id", "path", "status", "reviewedAt", "reindexed"}
     assert core <= set(result), result
@@ -140,6 +145,19 @@ async def test_every_outcome_is_accepted(shared_app: App, outcome: str) -> None:
     assert result["status"] == "reviewed" and result["reindexed"] is True
     decision = (await shared_app.rpc.ok("cstp.getDecision", {"id": recorded["id"]}))["decision"]
     assert decision["outcome"] == outcome
+
+
+async def test_an_agent_cannot_review_a_decision_another_agent_recorded(app: App) -> None:
+    """An agent's token has ``review:own``: another agent's decision answers -32010 naming
+    ``review:any`` (a reviewer's scope), and neither the row nor its reviews change."""
+    recorded = await record(app)  # alice's
+    answer = await app.rpc.call(
+        "cstp.reviewDecision", {"id": recorded["id"], "outcome": "failure"}, token="token-bob"
+    )
+    assert answer["error"]["code"] == -32010, answer
+    assert answer["error"]["data"] == {"scope": "review:any"}
+    decision = (await app.rpc.ok("cstp.getDecision", {"id": recorded["id"]}))["decision"]
+    assert decision["status"] == "pending" and decision["reviews"] == []
 
 
 async def test_unknown_id_is_decision_not_found(app: App) -> None:
@@ -242,7 +260,7 @@ async def test_two_reviews_keep_history_and_show_the_latest(app: App) -> None:
     first = await app.rpc.ok("cstp.reviewDecision", {"id": recorded["id"], **FIRST})
     second_at = app.clock.advance(days=60)
     second = await app.rpc.ok(
-        "cstp.reviewDecision", {"id": recorded["id"], **SECOND}, token="token-bob"
+        "cstp.reviewDecision", {"id": recorded["id"], **SECOND}, token=bob_reviewer(app)
     )
     assert first["path"] == second["path"] == recorded["path"]
 
@@ -391,7 +409,7 @@ async def test_review_reindexes_with_outcome_and_all_metadata(app: App) -> None:
     await app.rpc.ok(
         "cstp.reviewDecision",
         {"id": target["id"], "outcome": "failure", "lessons": "Too slow"},
-        token="token-bob",
+        token=bob_reviewer(app),
     )
 
     found = await search(app, {"hasOutcome": True})

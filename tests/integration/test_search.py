@@ -22,7 +22,7 @@ from sqlalchemy import text as sql
 from app.asgi import create_app
 from app.config import Settings, parse_rate_limits
 from app.runtime import Runtime, iso
-from support.app import TOKENS, Rpc, serve_app
+from support.app import TOKENS, Rpc, add_token, serve_app
 from support.databases import copy_database
 
 QUERY = "a decision about our software systems"
@@ -263,6 +263,7 @@ async def corpus_rpc(
             assert result["indexed"] is True, result
             d.id = result["id"]
         clock.now = START + timedelta(days=60)
+        reviewer = add_token(client, "token-bob-reviewer", "bob", "reviewer")  # any decision
         for d in CORPUS:
             if d.outcome is not None:
                 clock.now += timedelta(minutes=3)
@@ -274,7 +275,7 @@ async def corpus_rpc(
                         "actualResult": f"Result {d.index}",
                         "lessons": f"Lesson {d.index}",
                     },
-                    token="token-bob",
+                    token=reviewer,
                 )
                 assert reviewed["reindexed"] is True, reviewed
         assert len({d.id for d in CORPUS}) == len(CORPUS)

@@ -14,6 +14,7 @@ import httpx
 from litestar import Litestar
 
 from app.config import Settings, parse_rate_limits
+from app.scopes import ROLES, Principal
 
 TOKENS = {"token-alice": "alice", "token-bob": "bob"}
 
@@ -125,3 +126,10 @@ SEED_DECISION: dict[str, Any] = {
         "guardrailsPassed": True,
     },
 }
+
+
+def add_token(client: AppClient, token: str, agent: str, role: str) -> str:
+    """Let ``token`` into ``client``'s app as ``agent`` with ``role``'s scopes (the
+    configuration's tokens are all role ``agent``); returns the token."""
+    client.app.state.tokens.add(token, Principal(agent, role=role, scopes=ROLES[role]))
+    return token
