@@ -26,7 +26,7 @@ from app.asgi import create_app
 from app.config import Settings
 from app.db import migrate
 from app.runtime import Runtime, iso
-from support.app import TOKENS, Rpc, serve_app
+from support.app import TOKENS, Rpc, add_token, serve_app
 
 T = TypeVar("T")
 MODES = ("semantic", "keyword", "hybrid")
@@ -258,12 +258,13 @@ async def test_every_mode_keeps_every_filter_and_finds_exact_tokens(
             result = await rpc.ok("cstp.recordDecision", d.params(), token=token_of_agent[d.agent])
             d.id = result["id"]
         clock.now = START + timedelta(days=90)
+        reviewer = add_token(client, "token-bob-reviewer", "bob", "reviewer")  # any decision
         for d in corpus:
             if d.outcome is not None:
                 await rpc.ok(
                     "cstp.reviewDecision",
                     {"id": d.id, "outcome": d.outcome, "lessons": f"Lesson {d.index}"},
-                    token="token-bob",
+                    token=reviewer,
                 )
         by_id = {d.id: d for d in corpus}
         bridge = Bridge()
