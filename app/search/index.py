@@ -11,19 +11,17 @@
 - Chroma's upsert *merges* metadata (old keys survive); we send the old keys as None, which
   deletes them, so the new metadata replaces the old.
 
-This module is the facade; connection management (lazy connect, reconnect, timeouts, the
-metadata-replacing upsert) lives in ``app.search.chroma``, the write batching (group commit,
-prepared vectors) in ``app.search.batching``; what all three share (the entry, the hit, the
+This module is the facade; connection management (lazy connect, reconnect, the
+metadata-replacing upsert) lives in ``app.search.chroma``, building a client (timeouts,
+collection settings) in ``app.search.chroma_client``, whether the index is failing in
+``app.search.health``, the write batching (group commit, prepared vectors) in
+``app.search.batching``; what they share (the entry, the hit, the
 counters, ``IndexUnavailable``) in ``app.search.types``, which this module re-exports.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
-import math
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -35,22 +33,20 @@ from chromadb.api.models.Collection import Collection
 from chromadb.api.types import Include
 
 from app.search.batching import MAX_FLUSH_ENTRIES, WriteBatcher
-from app.search.chroma import (
+from app.search.chroma import ChromaCollection, replace
+from app.search.chroma_client import (
     CONNECT_TIMEOUT_S,
     REQUEST_TIMEOUT_S,
-    ChromaCollection,
     embedded_connector,
     http_connector,
-    replace,
 )
 from app.search.embedder import Embedder
+from app.search.health import Health
 from app.search.types import Hit, IndexEntry, IndexStats, IndexUnavailable, unavailable
 
 __all__ = ["Hit", "IndexEntry", "IndexStats", "IndexUnavailable", "VectorIndex", "clean_metadata"]
 
 T = TypeVar("T")
-#: How often a failing index is pinged at most, from announceIntent's search (``recheck``).
-RECHECK_S = 1.0
 
 
 def clean_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
@@ -83,9 +79,7 @@ class VectorIndex:
             connect, collection, remote=remote, embedder=embedder, stats=self.stats
         )
         self._batcher = WriteBatcher(embedder, self._flush, self.stats)
-        self._failing = False  # the last call failed, and none has worked since
-        self._recheck: asyncio.Task[None] | None = None
-        self._rechecked_at = -math.inf
+        self._health = Health(self.stats, self.ping)
 
     @classmethod
     def embedded(cls, path: Path, embedder: Embedder, collection: str = "decisions") -> VectorIndex:
@@ -155,43 +149,17 @@ class VectorIndex:
 
         return await self._op(op)
 
-    async def _call(self, fn: Callable[[], T], *, reaches_chroma: bool = True) -> T:
-        """Run blocking work (Chroma, embedding) in a worker thread, counting failures. A
-        failure makes the index ``failing``; work that ``reaches_chroma`` and succeeds clears
-        it (an embedding alone says nothing of Chroma)."""
-        try:
-            result = await asyncio.to_thread(fn)
-        except IndexUnavailable:
-            self.stats.failures += 1
-            self._failing = True
-            raise
-        if reaches_chroma:
-            self._failing = False
-        return result
-
     @property
     def failing(self) -> bool:
         """Whether the last call to the index failed (and none has worked since)."""
-        return self._failing
+        return self._health.failing
 
     def recheck(self) -> None:
-        """Ping the index in the background, when it is ``failing``: one ping at a time, and
-        at most one every RECHECK_S. A ping that works clears ``failing`` (as any call that
-        works does), so that a caller that skips a failing index (announceIntent's search)
-        uses it again once it is back."""
-        now = time.monotonic()
-        running = self._recheck is not None and not self._recheck.done()
-        if not self._failing or running or now - self._rechecked_at < RECHECK_S:
-            return
-        self._rechecked_at = now
-        self._recheck = asyncio.get_running_loop().create_task(self._ping_quietly())
-
-    async def _ping_quietly(self) -> None:
-        with contextlib.suppress(IndexUnavailable):  # still failing: the flag says so
-            await self.ping()
+        """Ping a failing index in the background (app.search.health)."""
+        self._health.recheck()
 
     async def _op(self, op: Callable[[Collection], T]) -> T:
-        return await self._call(lambda: self._chroma.run(op))
+        return await self._health.call(lambda: self._chroma.run(op))
 
     # ---- writes (group commit in app.search.batching) ----
 
@@ -210,7 +178,7 @@ class VectorIndex:
         await self._batcher.prepare(texts)
 
     async def _flush(self, entries: list[IndexEntry]) -> int:
-        return await self._call(lambda: self._write(entries))
+        return await self._health.call(lambda: self._write(entries))
 
     def _write(self, entries: list[IndexEntry]) -> int:
         """One flush, in a worker thread: one embedding batch, one Chroma call per chunk."""
@@ -248,7 +216,7 @@ class VectorIndex:
 
     async def embed_query(self, text: str) -> list[float]:
         """The query vector for ``text`` (computed in a worker thread)."""
-        return await self._call(lambda: self._embed_one(text), reaches_chroma=False)
+        return await self._health.call(lambda: self._embed_one(text), reaches_chroma=False)
 
     async def query(
         self, text: str, *, where: dict[str, Any] | None = None, limit: int = 10
@@ -273,7 +241,7 @@ class VectorIndex:
                 return vector, []
             return vector, self._chroma.run(self._query_op(vector, where, limit, metadata))
 
-        vector, hits = await self._call(work)
+        vector, hits = await self._health.call(work)
         self.stats.queries += 1
         return vector, hits
 
@@ -361,9 +329,7 @@ class VectorIndex:
     async def aclose(self) -> None:
         """Let pending writes finish, then close."""
         await self._batcher.drain()
-        if self._recheck is not None:
-            self._recheck.cancel()
-            await asyncio.gather(self._recheck, return_exceptions=True)
+        await self._health.aclose()
         self.close()
 
     def close(self) -> None:

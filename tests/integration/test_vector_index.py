@@ -105,7 +105,7 @@ async def test_index_persists_every_hundred_writes_even_for_an_older_collection(
     import chromadb
     from chromadb.config import Settings
 
-    from app.search.chroma import SYNC_THRESHOLD
+    from app.search.chroma_client import SYNC_THRESHOLD
 
     def client_of(path: Path) -> chromadb.ClientAPI:  # the server's settings, one per path
         return chromadb.PersistentClient(
@@ -403,7 +403,7 @@ async def test_index_searches_with_ef_search_even_for_an_older_collection(
     import chromadb
     from chromadb.config import Settings
 
-    from app.search.chroma import EF_SEARCH
+    from app.search.chroma_client import EF_SEARCH
 
     def client_of(path: Path) -> chromadb.ClientAPI:  # the server's settings, one per path
         return chromadb.PersistentClient(
