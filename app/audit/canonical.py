@@ -4,8 +4,10 @@ An audited row is one row of ``intents``, ``guardrail_evaluations``, ``decisions
 ``decision_reviews``, together with its child rows (an intent's matches, an evaluation's
 per-rule results, a decision's reasons and tags). Its canonical form is a JSON object:
 
-- one member per column of the table's fixed list below, named by the database column, and
-  one per column a later format added (``Audited.later``) whose value is not NULL;
+- one member per column of the table's fixed list below, named by the database column, one
+  per column a later format added (``Audited.later``) whose value is not NULL, and one per
+  column a later format added with a default (``Audited.later_defaults``: the ``workspace``)
+  whose value is not that default;
 - one member per child table, named by that table: an array of the child rows, each an object
   of the child's listed columns (not its own integer key, not the parent reference), ordered
   by the child's natural key (compared as values: numbers as numbers, strings by code point),
@@ -248,6 +250,10 @@ def document(
     for c in audited.later:  # a member only when not NULL (app.audit.tables)
         v = values.get(c)
         if v is not None:
+            out[c] = value_of(v, audited.table.c[c].type)
+    for c, default in audited.later_defaults:  # a member only when not the default
+        v = values.get(c)
+        if v is not None and v != default:
             out[c] = value_of(v, audited.table.c[c].type)
     for child in audited.children:
         rows = [

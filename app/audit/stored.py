@@ -145,11 +145,13 @@ def _fetch(
 
 
 def later_columns(conn: Connection, audited: Audited) -> tuple[str, ...]:
-    """The columns of ``audited.later`` that the table has in this database."""
-    if not audited.later:
+    """The columns of ``audited.later`` and ``audited.later_defaults`` that the table has in
+    this database."""
+    later = audited.later + tuple(c for c, _default in audited.later_defaults)
+    if not later:
         return ()
     present = {c["name"] for c in inspect(conn).get_columns(audited.table.name)}
-    return tuple(c for c in audited.later if c in present)
+    return tuple(c for c in later if c in present)
 
 
 def load(conn: Connection, audited: Audited, row_ids: Sequence[str]) -> dict[str, dict[str, Any]]:

@@ -13,9 +13,13 @@ from app.db.decisions import Decision, DecisionReason, DecisionReview, DecisionT
 from app.db.guardrails import GuardrailEvaluation, GuardrailRuleResult
 from app.db.intents import Intent, IntentMatch
 
-FORMAT = 2
+FORMAT = 3
 """The canonical form's format: the column lists below. Any change to them is a new format.
-Format 2 adds ``intents.search_degraded`` (revision 0011) as a ``later`` column."""
+Format 2 adds ``intents.search_degraded`` (revision 0011) as a ``later`` column; format 3 the
+``workspace`` of every audited row (revision 0012), a member only for another workspace than
+``default``."""
+
+WORKSPACE = (("workspace", "default"),)
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,9 @@ class Audited:
     # Columns a later format added: each is a member of the form only when it is not NULL, so
     # that the rows stored before it (NULL there) keep their digests.
     later: tuple[str, ...] = ()
+    # Columns a later format added with a default value (column, default): each is a member
+    # only when its value is another, so that the rows stored before keep their digests.
+    later_defaults: tuple[tuple[str, str], ...] = WORKSPACE
 
     @property
     def name(self) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from sqlalchemy import BigInteger, Boolean, Index, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from .base import Base
+from .base import Base, workspace_column
 
 
 class AuditEntry(Base):
@@ -18,6 +18,7 @@ class AuditEntry(Base):
     __table_args__ = (Index("uq_audit_chain_row", "table_name", "row_id", unique=True),)
 
     seq: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    workspace: Mapped[str] = workspace_column()
     table_name: Mapped[str] = mapped_column(String(64))  # the covered row's table
     row_id: Mapped[str] = mapped_column(String(64))  # its primary key, as text
     digest: Mapped[str] = mapped_column(String(64))  # SHA-256 of the row's canonical form

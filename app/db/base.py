@@ -9,8 +9,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import DateTime, Dialect, MetaData, Table
-from sqlalchemy.orm import DeclarativeBase
+from sqlalchemy import DateTime, Dialect, MetaData, String, Table
+from sqlalchemy.orm import DeclarativeBase, MappedColumn, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 NAMING_CONVENTION = {
@@ -24,6 +24,16 @@ NAMING_CONVENTION = {
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+DEFAULT_WORKSPACE = "default"
+
+
+def workspace_column() -> MappedColumn[str]:
+    """The ``workspace`` every row belongs to (SPEC.md, section 7). The rows stored before
+    workspaces existed are in ``default`` (revision 0012); every writer names the workspace
+    of its rows itself."""
+    return mapped_column(String(63), server_default=DEFAULT_WORKSPACE)
 
 
 def table_of(model: type[Base]) -> Table:

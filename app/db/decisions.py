@@ -8,13 +8,15 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from .base import Base, UtcDateTime
+from .base import Base, UtcDateTime, workspace_column
 
 
 class Decision(Base):
     __tablename__ = "decisions"
+    __table_args__ = (Index("ix_decisions_workspace_created_at", "workspace", "created_at"),)
 
     id: Mapped[str] = mapped_column(String(8), primary_key=True)
+    workspace: Mapped[str] = workspace_column()
     summary: Mapped[str] = mapped_column(Text)
     decision: Mapped[str] = mapped_column(Text)
     category: Mapped[str] = mapped_column(String(64), index=True)
@@ -75,6 +77,7 @@ class DecisionReason(Base):
     decision_id: Mapped[str] = mapped_column(
         ForeignKey("decisions.id", ondelete="CASCADE"), index=True
     )
+    workspace: Mapped[str] = workspace_column()
     position: Mapped[int] = mapped_column(Integer)
     type: Mapped[str] = mapped_column(String(16))
     text: Mapped[str] = mapped_column(Text)
@@ -89,6 +92,7 @@ class DecisionTag(Base):
         ForeignKey("decisions.id", ondelete="CASCADE"), primary_key=True
     )
     tag: Mapped[str] = mapped_column(String(128), primary_key=True)
+    workspace: Mapped[str] = workspace_column()
     position: Mapped[int] = mapped_column(Integer)
 
 
@@ -101,6 +105,7 @@ class DecisionReview(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     decision_id: Mapped[str] = mapped_column(ForeignKey("decisions.id"), index=True)
     outcome: Mapped[str] = mapped_column(String(16))
+    workspace: Mapped[str] = workspace_column()
     actual_result: Mapped[str | None] = mapped_column(Text)
     lessons: Mapped[str | None] = mapped_column(Text)
     notes: Mapped[str | None] = mapped_column(Text)

@@ -5,16 +5,20 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text, false
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, false
 from sqlalchemy.orm import Mapped, mapped_column
 
-from .base import Base, UtcDateTime
+from .base import Base, UtcDateTime, workspace_column
 
 
 class GuardrailEvaluation(Base):
     __tablename__ = "guardrail_evaluations"
+    __table_args__ = (
+        Index("ix_guardrail_evaluations_workspace_evaluated_at", "workspace", "evaluated_at"),
+    )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    workspace: Mapped[str] = workspace_column()
     agent: Mapped[str] = mapped_column(String(128), index=True)
     source: Mapped[str] = mapped_column(String(32))  # checkGuardrails | announceIntent | ...
     evaluated_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
@@ -40,6 +44,7 @@ class GuardrailRuleResult(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     evaluation_id: Mapped[str] = mapped_column(ForeignKey("guardrail_evaluations.id"), index=True)
+    workspace: Mapped[str] = workspace_column()
     guardrail_id: Mapped[str] = mapped_column(String(128), index=True)
     severity: Mapped[str] = mapped_column(String(8))
     fired: Mapped[bool] = mapped_column(Boolean)

@@ -8,24 +8,27 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from .base import Base, UtcDateTime
+from .base import Base, UtcDateTime, workspace_column
 
 
 class Intent(Base):
     __tablename__ = "intents"
     __table_args__ = (
-        # One successful announcement per (agent, correlation id): the safe-retry key.
+        # One successful announcement per (workspace, agent, correlation id): the safe-retry key.
         Index(
-            "uq_intents_agent_correlation_ok",
+            "uq_intents_workspace_agent_correlation_ok",
+            "workspace",
             "agent",
             "correlation_id",
             unique=True,
             sqlite_where=text("outcome = 'ok'"),
             postgresql_where=text("outcome = 'ok'"),
         ),
+        Index("ix_intents_workspace_received_at", "workspace", "received_at"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    workspace: Mapped[str] = workspace_column()
     correlation_id: Mapped[str] = mapped_column(String(128))
     agent: Mapped[str] = mapped_column(String(128), index=True)
     received_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
@@ -55,6 +58,7 @@ class IntentMatch(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     intent_id: Mapped[str] = mapped_column(ForeignKey("intents.id"), index=True)
+    workspace: Mapped[str] = workspace_column()
     decision_id: Mapped[str] = mapped_column(ForeignKey("decisions.id"), index=True)
     rank: Mapped[int] = mapped_column(Integer)
     distance: Mapped[float | None] = mapped_column(Float)  # NULL: shown by a degraded search

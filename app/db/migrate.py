@@ -21,7 +21,7 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from . import fulltext
+from . import fulltext, readers
 from .models import Base
 
 T = TypeVar("T")
@@ -147,7 +147,10 @@ async def current(url: str) -> str | None:
 def include_name(name: str | None, type_: str, _parent_names: Any) -> bool:
     """What the drift check and autogenerate compare: everything but the keyword index's
     tables and index, which each database builds its own way and no model describes
-    (``app/db/fulltext.py``)."""
+    (``app/db/fulltext.py``), and the list of auditors' roles that only Postgres has
+    (``app/db/readers.py``)."""
+    if type_ == "table" and name == readers.TABLE:
+        return False
     return not (type_ in ("table", "index") and fulltext.owned(name))
 
 

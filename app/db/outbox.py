@@ -10,7 +10,7 @@ from sqlalchemy import CursorResult, Index, Integer, String, Text, Update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 
-from .base import Base, UtcDateTime
+from .base import Base, UtcDateTime, workspace_column
 
 
 class EventKind(StrEnum):
@@ -33,6 +33,7 @@ class OutboxEvent(Base):
     __table_args__ = (Index("ix_outbox_events_status_available", "status", "available_at"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    workspace: Mapped[str] = workspace_column()
     # An EventKind's value (a row may hold one this server does not know: dead at once).
     kind: Mapped[str] = mapped_column(String(16))
     decision_id: Mapped[str] = mapped_column(String(8), index=True)
