@@ -14,8 +14,8 @@ workspace):
   granted, and a table a later migration gives the policy is granted without a change here.
 - The role is created ``LOGIN NOINHERIT`` (privileges granted to a group it is later put in
   do not silently widen what its sessions read), or brought to that; it is never a superuser,
-  the tables' owner or a member of it, or the role running the command (each of them is
-  exempt from row-level security, or could reach a role that is).
+  the tables' owner, a member of any role, or the role running the command (each of them is
+  exempt from row-level security, or could SET ROLE to a role that may be).
 - Every privilege it holds on the schema, its tables, sequences and functions is revoked
   before SELECT on the audit tables and USAGE on the schema are granted: nothing else.
 - A password is sent as a SCRAM-SHA-256 verifier computed here, as psql's ``\\password``
@@ -186,15 +186,24 @@ async def _refuse_exempt(
             f"{role} is a superuser, which row-level security does not apply to: choose "
             "another name"
         )
-    for owner in sorted(owners):
-        member = await conn.scalar(
-            text("SELECT pg_has_role(:role, :owner, 'MEMBER')"), {"role": role, "owner": owner}
+    if role in owners:
+        raise ReaderRefused(
+            f"{role} owns the audit tables, and row-level security does not apply to their "
+            "owner: choose another name"
         )
-        if member:
-            raise ReaderRefused(
-                f"{role} is the owner of the audit tables ({owner}) or a member of it, which "
-                "row-level security does not apply to: choose another name"
-            )
+    groups = await conn.scalar(
+        text(
+            "SELECT string_agg(m.roleid::regrole::text, ', ' ORDER BY m.roleid::regrole::text) "
+            "FROM pg_auth_members AS m JOIN pg_roles AS r ON r.oid = m.member "
+            "WHERE r.rolname = :role"
+        ),
+        {"role": role},
+    )
+    if groups:  # it could SET ROLE to one of them, and read (or write) as that role
+        raise ReaderRefused(
+            f"{role} is a member of {groups}: an auditor role is a member of no role "
+            "(REVOKE the memberships first, or choose another name)"
+        )
 
 
 async def _revoke_all(conn: AsyncConnection, quoted: str, schema: str) -> None:

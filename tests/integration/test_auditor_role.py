@@ -13,24 +13,29 @@ import asyncio
 import base64
 import hashlib
 import hmac
+import re
 import secrets
 import uuid
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import asyncpg
 import pytest
 from click.testing import CliRunner, Result
-from sqlalchemy import text
+from sqlalchemy import bindparam, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.cli import main
 from app.db import readers
+from app.db.base import UtcDateTime
 from support.databases import PG_URL, USE_PG, pg_admin_dsn, run_sql
 
+DOC = Path(__file__).resolve().parents[2] / "docs" / "AUDIT.md"
 postgres_only = pytest.mark.skipif(not USE_PG, reason="database roles: PostgreSQL only")
 
 AUDIT_TABLES = (
@@ -99,6 +104,15 @@ async def seed(url: str) -> None:
                 w=workspace,
             )
             await chained("guardrail_evaluations", evaluation, workspace)
+            await run_sql(
+                url,
+                "INSERT INTO guardrail_rule_results (evaluation_id, guardrail_id, severity, "
+                "fired, message, workspace) VALUES (:e, 'no-friday-deploys', 'warn', true, "
+                ":message, :w)",
+                e=evaluation,
+                message=f"{workspace}'s warning {n}",
+                w=workspace,
+            )
         intents = []
         for n in range(held["intents"]):
             intent = str(uuid.uuid4())
@@ -412,8 +426,8 @@ async def test_roles_row_level_security_would_not_hold_are_refused(
         "needs a role of their own",
         superuser: f"Error: {superuser} is a superuser, which row-level security does not "
         "apply to: choose another name",
-        member: f"Error: {member} is the owner of the audit tables ({owner}) or a member of "
-        "it, which row-level security does not apply to: choose another name",
+        member: f"Error: {member} is a member of {owner}: an auditor role is a member of no "
+        "role (REVOKE the memberships first, or choose another name)",
         injected: f"Error: {injected!r} cannot be an auditor role's name: use 1 to 63 "
         "lower-case letters, digits and underscores, starting with a letter or an underscore, "
         "not 'pg_' and not a reserved name",
@@ -475,3 +489,87 @@ def test_on_sqlite_the_command_says_it_needs_postgres(tmp_path: Path) -> None:
         "security); this database is SQLite"
     )
     assert not path.exists()
+
+
+def documented_queries(section: str, level: str = "###") -> dict[str, str]:
+    """``heading`` → the first ```sql block under it, in the ``## section`` of AUDIT.md."""
+    doc = DOC.read_text(encoding="utf-8")
+    body = doc.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    queries = {}
+    for part in re.split(rf"^{level} ", body, flags=re.M)[1:]:
+        heading, _, rest = part.partition("\n")
+        block = re.search(r"^```sql\n(.*?)^```", rest, flags=re.M | re.S)
+        if block:
+            queries[heading.strip()] = block.group(1)
+    return queries
+
+
+@postgres_only
+async def test_the_documented_queries_run_as_a_reader_on_its_workspace(
+    database_url: str, role_names: Callable[[str], str]
+) -> None:
+    """docs/AUDIT.md's auditor session, as written, as a reader of w1; the cookbook and the
+    coverage query of the walkthrough run as the reader too."""
+    await seed(database_url)
+    role = role_names("aud_doc")
+    assert (
+        await cstp(database_url, "db", "auditor-role", role, "--workspace", "w1")
+    ).exit_code == 0
+    auditor = as_role(database_url, role)
+    session_queries = documented_queries("An auditor's SQL session (PostgreSQL)")
+    answers = dict(
+        zip(session_queries, await session(auditor, list(session_queries.values())), strict=True)
+    )
+    for heading, answer in answers.items():
+        assert not isinstance(answer, Exception), (heading, answer)
+    rows = {heading: [tuple(row) for row in answer] for heading, answer in answers.items()}
+    assert rows == {
+        "Which workspace this session reads": [(role, "w1")],
+        "Announcements of the last seven days, by agent and outcome": [("agent-a", "ok", 3, 0)],
+        "Guardrail checks that blocked or warned, with the rules that fired": [
+            (
+                ANY,
+                "agent-a",
+                "checkGuardrails",
+                "w1's action 0",
+                "warn",
+                "no-friday-deploys",
+                "w1's warning 0",
+            )
+        ],
+        "The latest decisions, announced or not, and how they turned out": [
+            (ANY, ANY, "agent-a", "w1's decision 0", 0.8, False, "pending", None)
+        ],
+        "The chain entries of this workspace": [
+            ("decisions", 1, ANY, ANY),
+            ("guardrail_evaluations", 1, ANY, ANY),
+            ("intents", 3, ANY, ANY),
+        ],
+    }
+
+    uncovered = documented_queries("The hash chain", "####")["Audited rows that no entry covers"]
+    cookbook = documented_queries("SQL cookbook")
+    (decision,) = (await session(auditor, ["SELECT id FROM decisions"]))[0]
+    params = {
+        "agent": "agent-a",
+        "correlation_id": "same-id-0",
+        "decision_id": decision[0],
+        "since": datetime.now(UTC) - timedelta(days=30),
+        "until": datetime.now(UTC) + timedelta(days=1),
+    }
+    engine = create_async_engine(auditor)
+    try:
+        async with engine.connect() as conn:
+            assert (await conn.execute(text(uncovered))).all() == []
+            for heading, sql in cookbook.items():
+                query = text(sql)
+                names = set(re.findall(r"(?<!:):([a-z_]+)", sql))
+                query = query.bindparams(
+                    *(bindparam(n, type_=UtcDateTime()) for n in names & {"since", "until"})
+                )
+                try:
+                    await conn.execute(query, {n: params[n] for n in names})
+                except DBAPIError as exc:  # name the query that failed
+                    pytest.fail(f"{heading}: {exc.orig}")
+    finally:
+        await engine.dispose()
