@@ -1,5 +1,6 @@
 """``cstp db``: the schema's migrations (Alembic), each refusing in one line a database this
-version cannot migrate. Registered on ``cstp`` by app.cli."""
+version cannot migrate, and auditors' database roles on PostgreSQL (app.db.readers).
+Registered on ``cstp`` by app.cli."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from .schema import SchemaState, ensure_schema, known_revisions, schema_problem,
 
 @click.group()
 def db() -> None:
-    """Schema migrations (Alembic)."""
+    """Schema migrations (Alembic) and auditors' database roles."""
 
 
 async def _migrate(
