@@ -39,6 +39,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.scopes import is_workspace_id
+
 TABLE = "audit_readers"
 POLICY = "workspace_readers"  # the policy revision 0012 puts on each audit table
 FUNCTION = "cstp_reader_workspace"  # what the policy calls: the current role's workspace
@@ -47,7 +49,6 @@ FUNCTION = "cstp_reader_workspace"  # what the policy calls: the current role's 
 # without quoting rules to remember; ``pg_`` names are reserved by PostgreSQL.
 ROLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 RESERVED_ROLES = frozenset({"public", "none", "current_user", "session_user", "current_role"})
-WORKSPACE_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")  # SPEC.md section 7
 
 # Two runs of the command at once would both find the role missing and one would fail on
 # CREATE ROLE: the second waits for the first instead (a transaction-scoped advisory lock).
@@ -89,7 +90,7 @@ def check_role_name(role: str) -> None:
 
 
 def check_workspace(workspace: str) -> None:
-    if not WORKSPACE_ID.fullmatch(workspace):
+    if not is_workspace_id(workspace):
         raise ReaderRefused(
             f"{workspace!r} is not a workspace id: [a-z0-9][a-z0-9-]{{0,62}} (SPEC.md section 7)"
         )
