@@ -59,9 +59,10 @@ def decision_id(data: dict[str, Any], content: bytes, workspace: str = DEFAULT_W
 
 
 def _workspace_of(data: dict[str, Any], workspace: str) -> None:
-    """A file that names a workspace is imported into that one only."""
-    named = data.get("workspace", DEFAULT_WORKSPACE)
-    if named == workspace:
+    """A file that names a workspace is imported into that one only; one that names none
+    (workspace ``default``'s files, other journals') into whichever is asked."""
+    named = data.get("workspace")
+    if named is None or named == workspace:
         return
     if not is_workspace_id(named):
         raise Unreadable("workspace: not a workspace id")
