@@ -1,7 +1,9 @@
 """What ``cstp audit verify`` checks beyond walking the chain (app.audit.verify): audited rows
 that no entry covers (``inserted``) or that two cover (``duplicate``), the stored rule sets
-(``rule-set``), and decisions whose review columns, which the chain leaves out, are not a copy
-of their latest review (``review``)."""
+(``rule-set``), decisions whose review columns, which the chain leaves out, are not a copy
+of their latest review (``review``), and workspaces that disagree (``workspace``): an entry's
+or a child row's (a reason's, a match's, …) that is not its row's. A row's own workspace is
+in its digest; these are not, and row-level security reads them (docs/AUDIT.md)."""
 
 from __future__ import annotations
 
@@ -137,4 +139,23 @@ def rule_sets(conn: Connection) -> list[Problem]:
                 f"not stored, yet {count} evaluation(s) used it (the rule set was deleted)",
             )
         )
+    return out
+
+
+def workspaces(conn: Connection) -> list[Problem]:
+    out: list[Problem] = []
+    for audited in AUDITED.values():
+        for seq, row_id, entry, row in stored.misplaced_entries(conn, audited, MAX_INSERTED):
+            detail = f"the entry says workspace {entry!r}, the row is in {row!r}"
+            out.append(Problem("workspace", int(seq), audited.name, str(row_id), detail))
+        for child in audited.children:
+            found = stored.misplaced_children(
+                conn, audited, child.table, child.parent, MAX_INSERTED
+            )
+            for seq, row_id, theirs, row in found:
+                detail = (
+                    f"a row of {child.table.name} is in workspace {theirs!r}, its row in {row!r}"
+                )
+                place = None if seq is None else int(seq)
+                out.append(Problem("workspace", place, audited.name, str(row_id), detail))
     return out

@@ -33,7 +33,7 @@ from sqlalchemy import Connection
 from .canonical import AUDITED, digest_of
 from .chain import GENESIS, entry_hash
 from .checkpoints import Checkpoint, check_point
-from .coverage import duplicates, inserted, review_copies, rule_sets
+from .coverage import duplicates, inserted, review_copies, rule_sets, workspaces
 from .problems import Problem, Report
 from .repository import entries as store
 from .stored import load_checked
@@ -127,6 +127,7 @@ def verify(
     problems.extend(inserted(conn))
     problems.extend(rule_sets(conn))
     problems.extend(review_copies(conn))
+    problems.extend(workspaces(conn))
     for point in checkpoints:
         problems.extend(check_point(conn, point, secret, last))
     report.problems = _ranges(problems)

@@ -724,6 +724,39 @@ async def test_review_columns_of_a_decision_are_not_covered_its_reasons_and_tags
     assert found == [Found("changed", expected, "decisions", recorded["id"], None)]
 
 
+async def test_a_row_moved_to_another_workspace_is_caught_wherever_it_is_moved(
+    rpc: Rpc, database_url: str
+) -> None:
+    """A row's workspace is in its digest; an entry's and a child row's are checked against
+    their row's (row-level security reads them)."""
+    recorded = await rpc.ok("cstp.recordDecision", decision(1))
+    expected = await seq_of(database_url, "decisions", recorded["id"])
+    await drop_triggers(database_url)
+    await run_sql(
+        database_url,
+        "UPDATE decision_reasons SET workspace = 'elsewhere' WHERE decision_id = :i",
+        i=recorded["id"],
+    )
+    await run_sql(
+        database_url,
+        "UPDATE audit_chain SET workspace = 'elsewhere' WHERE seq = :s",
+        s=expected,
+    )
+    code, found, output = await verify(database_url, key=None)
+    assert code == 1, output
+    assert found == [Found("workspace", expected, "decisions", recorded["id"], None)] * 2, output
+    assert "the entry says workspace 'elsewhere', the row is in 'default'" in output
+    assert "a row of decision_reasons is in workspace 'elsewhere'" in output
+    move = "UPDATE decisions SET workspace = 'elsewhere' WHERE id = :i"
+    with pytest.raises(DBAPIError, match="workspace never changes"):
+        await run_sql(database_url, move, i=recorded["id"])
+    on = "" if database_url.startswith("sqlite") else " ON decisions"
+    await run_sql(database_url, f"DROP TRIGGER trg_decisions_workspace_frozen{on}")
+    await run_sql(database_url, move, i=recorded["id"])
+    code, found, output = await verify(database_url, key=None)
+    assert Found("changed", expected, "decisions", recorded["id"], None) in found, output
+
+
 async def test_a_replaced_chain_entry_is_refused_on_sqlite(rpc: Rpc, database_url: str) -> None:
     """REPLACE with a new seq but the same covered row would delete the entry through the
     unique (table_name, row_id) index."""

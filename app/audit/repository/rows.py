@@ -175,3 +175,45 @@ def unstored_rule_sets(conn: Connection) -> Sequence[Any]:
         .where(evaluations.c.rule_set_hash.is_not(None), ~stored)
         .group_by(evaluations.c.rule_set_hash)
     ).all()
+
+
+# --- workspaces -------------------------------------------------------------------------------
+
+
+def misplaced_entries(conn: Connection, audited: Audited, limit: int) -> Sequence[Any]:
+    """(seq, row id, entry's workspace, row's workspace) of up to ``limit`` entries covering a
+    row of ``audited`` whose workspace is not the row's."""
+    table = audited.table
+    return conn.execute(
+        select(CHAIN.c.seq, _row_id(audited), CHAIN.c.workspace, table.c.workspace)
+        .select_from(
+            CHAIN.join(
+                table,
+                and_(CHAIN.c.table_name == audited.name, CHAIN.c.row_id == _row_id(audited)),
+            )
+        )
+        .where(CHAIN.c.workspace != table.c.workspace)
+        .order_by(CHAIN.c.seq)
+        .limit(limit)
+    ).all()
+
+
+def misplaced_children(
+    conn: Connection, audited: Audited, child: Table, parent: str, limit: int
+) -> Sequence[Any]:
+    """(parent's seq, parent's id, child's workspace, parent's workspace), once each, of up
+    to ``limit`` parents with child rows whose workspace is not theirs."""
+    table = audited.table
+    key = table.c[audited.key]
+    return conn.execute(
+        select(CHAIN.c.seq, _row_id(audited), child.c.workspace, table.c.workspace)
+        .select_from(
+            child.join(table, child.c[parent] == key).outerjoin(
+                CHAIN,
+                and_(CHAIN.c.table_name == audited.name, CHAIN.c.row_id == _row_id(audited)),
+            )
+        )
+        .where(child.c.workspace != table.c.workspace)
+        .distinct()
+        .limit(limit)
+    ).all()
