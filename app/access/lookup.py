@@ -110,6 +110,11 @@ class TokenLookup:
         self._reading: dict[bytes, asyncio.Future[_Entry]] = {}
         self._reads = asyncio.Semaphore(MAX_READS)
 
+    @property
+    def sizes(self) -> tuple[int, int]:
+        """How many entries each cache holds: (usable tokens, secrets that let no one in)."""
+        return len(self._usable), len(self._unusable)
+
     async def principal(self, digest: bytes) -> Principal | None:
         """Who the secret with this SHA-256 lets in now; None: no one."""
         entry = self._usable.get(digest) or self._unusable.get(digest)

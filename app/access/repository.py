@@ -26,6 +26,11 @@ async def add_token(session: AsyncSession, token: ApiToken) -> None:
     await session.flush()
 
 
+async def add_grant(session: AsyncSession, grant: ApiTokenGrant) -> None:
+    """Inserted when the transaction commits, with its chain entry (app.audit.chain)."""
+    session.add(grant)
+
+
 async def set_revoked(session: AsyncSession, token_id: str, at: datetime) -> bool:
     """Set the token's ``revoked_at`` unless it is set already; whether this call set it (a
     concurrent revocation of the same token sets it once)."""

@@ -92,7 +92,7 @@ class TokenAdmin:
         async with self.db.transaction() as session:
             await repository.add_token(session, token)
             grant = _grant(token, CREATE, now, by, self.runtime.uuid())
-            session.add(grant)
+            await repository.add_grant(session, grant)
             append(session, grant)
         return Created(token, secret)
 
@@ -107,7 +107,7 @@ class TokenAdmin:
                 raise UnknownToken(token_id)
             if revoked_now:
                 grant = _grant(token, REVOKE, now, by, self.runtime.uuid())
-                session.add(grant)
+                await repository.add_grant(session, grant)
                 append(session, grant)
         return Revoked(token, revoked_now)
 
