@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import re
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -50,6 +51,7 @@ DECISION = {
 }
 MCP_HEADERS = {"Host": "127.0.0.1:9991", "Accept": "application/json, text/event-stream"}
 LIST_TOOLS = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+AUDIT_DOC = Path(__file__).resolve().parents[2] / "docs" / "AUDIT.md"
 
 
 # ---- helpers ------------------------------------------------------------------------------------
@@ -395,6 +397,15 @@ async def test_the_cache_shares_reads_keeps_them_a_second_and_stays_bounded(
 # ---- the audit chain ----------------------------------------------------------------------------
 
 
+def documented_grants_query() -> str:
+    """The query docs/AUDIT.md shows under the tokens' tables."""
+    doc = AUDIT_DOC.read_text(encoding="utf-8")
+    section = doc.split("### `api_tokens` and `api_token_grants`", 1)[1]
+    query = re.search(r"^```sql\n(.*?)^```", section, flags=re.M | re.S)
+    assert query is not None
+    return query.group(1)
+
+
 async def test_grants_are_chained_and_verify_holds(client: AppClient, database_url: str) -> None:
     made = await create(database_url, "--agent", "gus")
     await revoke(database_url, made["id"])
@@ -411,6 +422,12 @@ async def test_grants_are_chained_and_verify_holds(client: AppClient, database_u
     assert all(g["acted_by"] and g["workspace"] == "default" for g in grants)
     code, output = await verify(database_url)
     assert code == 0, output
+    # the query docs/AUDIT.md shows for them, as written
+    rows = await run_sql(database_url, documented_grants_query())
+    assert [(r["token_id"], r["action"], r["agent"]) for r in rows] == [
+        (made["id"], "create", "gus"),
+        (made["id"], "revoke", "gus"),
+    ]
 
 
 async def test_a_changed_grant_is_named_by_its_entry(database_url: str) -> None:
