@@ -32,19 +32,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from app.audit.grants import disagreement
+from app.audit.grants import StoredToken, stored_token
 from app.db.engine import Database
-from app.db.tokens import CREATE
 from app.scopes import ROLES, SCOPES, Principal
-
-from . import repository
 
 log = logging.getLogger("cstp.tokens")
 
@@ -64,27 +61,33 @@ class _Entry:
     expires_at: datetime | None = None
 
 
-def _principal(token: Mapping[str, Any], grants: Sequence[Mapping[str, Any]]) -> Principal | None:
-    """The principal of a stored token, or None when it must be refused."""
-    if token["revoked_at"] is not None:
-        return None
-    why = disagreement(token, grants)
-    if why is None and not any(g["chained"] for g in grants if g["action"] == CREATE):
-        why = "no audit chain entry covers the grant of its creation"
-    if why is None and (
-        token["role"] not in ROLES
-        or not isinstance(token["scopes"], list)
-        or not set(token["scopes"]) <= set(SCOPES)
-    ):
-        why = "its role or scopes are not ones this server knows"
-    if why is not None:
-        log.warning("token %s refused: %s", token["id"], why)
-        return None
-    return Principal(
+def _entry(found: StoredToken | None, read_at: float) -> _Entry:
+    """What a read found: the principal of a usable token (with its expiry), or no one."""
+    if found is None:
+        return _Entry(read_at, None)
+    token, why = found.values, found.refusal
+    if token is not None and why is None:
+        if token["revoked_at"] is not None:
+            return _Entry(read_at, None)
+        if not _known(token["role"], token["scopes"]):
+            why = "its role or scopes are not ones this server knows"
+    if token is None or why is not None:
+        log.warning("token %s refused: %s", found.id, why)
+        return _Entry(read_at, None)
+    principal = Principal(
         agent=str(token["agent"]),
         workspace=str(token["workspace"]),
         role=str(token["role"]),
         scopes=frozenset(token["scopes"]),
+    )
+    return _Entry(read_at, principal, token["expires_at"])
+
+
+def _known(role: Any, scopes: Any) -> bool:
+    return (
+        role in ROLES
+        and isinstance(scopes, list)
+        and all(isinstance(s, str) and s in SCOPES for s in scopes)
     )
 
 
@@ -140,17 +143,11 @@ class TokenLookup:
         async with self._reads:
             began = self.monotonic()
             try:
-                token, grants = await self.db.read(
-                    lambda conn: repository.by_digest(conn, digest.hex())
-                )
+                found = await self.db.read(lambda conn: stored_token(conn, digest.hex()))
             except (SQLAlchemyError, OSError) as exc:
                 log.error("the token table cannot be read: %s", type(exc).__name__)
                 raise TokenStoreUnavailable from None
-        if token is None:
-            entry = _Entry(began, None)
-        else:
-            principal = _principal(token, grants)
-            entry = _Entry(began, principal, token["expires_at"] if principal else None)
+        entry = _entry(found, began)
         self._keep(digest, entry)
         return entry
 

@@ -1,23 +1,20 @@
-"""The SQL of the tokens: inserting a token and its grants, revoking, listing, and the
-server's look-up by the SHA-256 of a secret. Functions take the session or connection they
-run in; the callers own the transactions."""
+"""The SQL of the tokens: inserting a token and its grants, revoking, listing. (The server's
+look-up by the SHA-256 of a secret reads the token with its grants, through the audit
+context that checks one against the other: app.audit.grants.stored_token.) Functions take
+the session they run in; the callers own the transactions."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
-from sqlalchemy import Connection, and_, exists, select, update
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.audit import AuditEntry
 from app.db.base import table_of
 from app.db.tokens import ApiToken, ApiTokenGrant
 
 TOKENS = table_of(ApiToken)
-GRANTS = table_of(ApiTokenGrant)
-CHAIN = table_of(AuditEntry)
 
 
 async def add_token(session: AsyncSession, token: ApiToken) -> None:
@@ -52,19 +49,3 @@ async def tokens(session: AsyncSession, workspace: str | None) -> Sequence[ApiTo
     if workspace is not None:
         query = query.where(ApiToken.workspace == workspace)
     return (await session.scalars(query)).all()
-
-
-def by_digest(
-    conn: Connection, digest_hex: str
-) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    """The token whose secret has this SHA-256 (None when none has), and its grants, each
-    with ``chained``: whether an audit chain entry covers it."""
-    found = conn.execute(select(TOKENS).where(TOKENS.c.secret_sha256 == digest_hex)).first()
-    if found is None:
-        return None, []
-    token = dict(found._mapping)
-    chained = exists().where(and_(CHAIN.c.table_name == GRANTS.name, CHAIN.c.row_id == GRANTS.c.id))
-    grants = conn.execute(
-        select(GRANTS, chained.label("chained")).where(GRANTS.c.token_id == token["id"])
-    )
-    return token, [dict(g._mapping) for g in grants]

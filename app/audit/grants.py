@@ -19,11 +19,16 @@ chain entry (reported ``inserted``; the lookup refuses a token whose creation's 
 entry covers), or an entry appended by hand, which verification reports unless the chain has
 no key (docs/AUDIT.md: a chain without ``CSTP_AUDIT_KEY`` can be recomputed by whoever
 writes to the database; only a checkpoint kept elsewhere catches that).
+
+Rows are read as stored and checked as verification checks audited rows (app.audit.stored):
+a value changed by hand into a form the server never writes (a timestamp that is not one, a
+``scopes`` that is not JSON) is reported, and refused by the lookup, never a failed read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection
@@ -31,10 +36,24 @@ from sqlalchemy import Connection
 from app.db.tokens import CREATE, REVOKE
 
 from .problems import Problem
-from .repository import grants as stored
+from .repository import grants as rows
+from .stored import NotStored, row
 
 GRANTED = ("workspace", "agent", "role", "scopes", "expires_at", "secret_sha256")
 """What a token lets in, as each of its grants repeats it."""
+TOKEN_COLUMNS = tuple(c.name for c in rows.TOKENS.columns)
+GRANT_COLUMNS = tuple(c.name for c in rows.GRANTS.columns)
+
+
+def _token(raw: Mapping[str, Any]) -> dict[str, Any]:
+    return row(raw, rows.TOKENS, TOKEN_COLUMNS)
+
+
+def _grant(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A grant's values, with ``seq``: its chain entry's (None when none covers it)."""
+    read = row(raw, rows.GRANTS, GRANT_COLUMNS)
+    read["seq"] = None if raw["seq"] is None else int(raw["seq"])
+    return read
 
 
 def disagreement(token: Mapping[str, Any], grants: Sequence[Mapping[str, Any]]) -> str | None:
@@ -75,29 +94,71 @@ def disagreement(token: Mapping[str, Any], grants: Sequence[Mapping[str, Any]]) 
     return None
 
 
+@dataclass(frozen=True)
+class StoredToken:
+    """A token as stored, for the server's lookup: its values, and why it must be refused
+    whatever they say (None: nothing against it)."""
+
+    id: str
+    values: dict[str, Any] | None  # None when a value cannot be read
+    refusal: str | None
+
+
+def stored_token(conn: Connection, digest_hex: str) -> StoredToken | None:
+    """The token whose secret has this SHA-256, checked against its grants (and the grant of
+    its creation against the chain: an entry must cover it); None when no token has it."""
+    raw, raw_grants = rows.token_by_digest(conn, digest_hex)
+    if raw is None:
+        return None
+    token_id = str(raw["id"])
+    try:
+        token = _token(raw)
+        grants = [_grant(g) for g in raw_grants]
+    except NotStored as exc:
+        return StoredToken(token_id, None, f"a value is not in the form the server stores ({exc})")
+    why = disagreement(token, grants)
+    if why is None and not any(g["seq"] is not None for g in grants if g["action"] == CREATE):
+        why = "no audit chain entry covers the grant of its creation"
+    return StoredToken(token_id, token, why)
+
+
 def token_problems(conn: Connection) -> list[Problem]:
-    """A ``token`` problem per token that disagrees with its grants (at the seq of its
-    creation's grant when one is chained), and per grant whose token is not stored."""
-    by_token: dict[str, list[Mapping[str, Any]]] = {}
-    for grant in stored.grants(conn):
+    """A ``token`` problem per token that disagrees with its grants or cannot be read (at the
+    seq of its creation's grant when one is chained), and per grant whose token is gone."""
+    by_token: dict[str, list[dict[str, Any]]] = {}
+    unreadable: set[str] = set()  # tokens with a grant that cannot be read
+    for raw in rows.grants(conn):
+        try:
+            grant = _grant(raw)
+        except NotStored:  # reported as a changed row by its chain entry
+            unreadable.add(str(raw["token_id"]))
+            continue
         by_token.setdefault(str(grant["token_id"]), []).append(grant)
     out: list[Problem] = []
-    for token in stored.tokens(conn):
-        token_id = str(token["id"])
+    for raw in rows.tokens(conn):
+        token_id = str(raw["id"])
         grants = by_token.pop(token_id, [])
-        why = disagreement(token, grants)
+        try:
+            why = disagreement(_token(raw), grants)
+        except NotStored as exc:
+            why = f"a value is not in the form the server stores ({exc})"
+        if token_id in unreadable:
+            why = "a grant of it holds a value not in the form the server stores"
+            unreadable.discard(token_id)
         if why is not None:
             seqs = [g["seq"] for g in grants if g["action"] == CREATE and g["seq"] is not None]
             out.append(Problem("token", min(seqs, default=None), "api_tokens", token_id, why))
     for token_id, grants in by_token.items():
         for grant in grants:
-            out.append(
-                Problem(
-                    "token",
-                    grant["seq"],
-                    "api_token_grants",
-                    str(grant["id"]),
-                    f"its token ({token_id[:40]!r}) is not in api_tokens",
-                )
-            )
+            out.append(_orphan(grant["seq"], str(grant["id"]), token_id))
     return out
+
+
+def _orphan(seq: int | None, grant_id: str, token_id: str) -> Problem:
+    return Problem(
+        "token",
+        seq,
+        "api_token_grants",
+        grant_id,
+        f"its token ({token_id[:40]!r}) is not in api_tokens",
+    )

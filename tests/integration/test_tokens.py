@@ -470,6 +470,23 @@ async def test_a_token_row_that_disagrees_with_its_grants_is_reported_and_refuse
     assert await status_of(client, widened["token"]) == 401
 
 
+async def test_a_token_value_the_server_never_writes_is_reported_and_refused(
+    client: AppClient, database_url: str
+) -> None:
+    """SQLite stores any value in any column: a token whose expiry was made text that is no
+    time is reported by verify, and refused by the server (401, not a failed call)."""
+    if not database_url.startswith("sqlite"):
+        pytest.skip("Postgres refuses text that is not a time in a timestamptz column")
+    made = await create(database_url, "--agent", "lou", "--expires-in", "1h")
+    await tamper(
+        database_url, f"UPDATE api_tokens SET expires_at = 'never' WHERE id = '{made['id']}'"
+    )
+    code, output = await verify(database_url)
+    assert code == 1, output
+    assert f"api_tokens {made['id']}: token: a value is not in the form the server stores" in output
+    assert await status_of(client, made["token"]) == 401
+
+
 async def test_the_database_refuses_to_delete_or_widen_a_token(database_url: str) -> None:
     made = await create(database_url, "--agent", "kim", "--role", "reviewer")
     for statement in (
