@@ -9,6 +9,7 @@ reads the object.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 READ = "read"
@@ -32,6 +33,12 @@ ROLES: dict[str, frozenset[str]] = {
 
 DEFAULT_WORKSPACE = "default"
 DEFAULT_ROLE = "agent"
+#: What a workspace id is (SPEC.md, section 7): it names folders and collections as it is.
+WORKSPACE_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+
+
+def is_workspace_id(value: object) -> bool:
+    return isinstance(value, str) and WORKSPACE_ID.fullmatch(value) is not None
 
 
 @dataclass(frozen=True)

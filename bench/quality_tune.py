@@ -161,7 +161,7 @@ def reindex_keyword(
 def to_filters(q: LabelledQuery) -> SearchFilters:
     f = q.filters or {}
     stakes = f.get("stakes")
-    return SearchFilters(
+    return SearchFilters(workspace="default", 
         category=f.get("category"),
         project=f.get("project"),
         stakes=None
@@ -188,7 +188,7 @@ def announce_keyword_lists(conn: Connection, queries: Sequence[LabelledQuery]) -
     return {
         q.id: [
             (h.decision.id, h.score)
-            for h in keyword.search(conn, q.text, SearchFilters(category=q.category), DEEPEST)
+            for h in keyword.search(conn, q.text, SearchFilters(workspace="default", category=q.category), DEEPEST)
         ]
         for q in queries
     }

@@ -271,7 +271,8 @@ def covered(
 ) -> Covered:
     """The entry for a row being inserted with Core (its values by column name)."""
     audited = AUDITED[table]
-    return Covered(table, str(values[audited.key]), digest_of(document(audited, values, children)))
+    digest = digest_of(document(audited, values, children))
+    return Covered(table, str(values[audited.key]), digest, values.get("workspace") or "default")
 
 
 def _columns(obj: Base) -> dict[str, Any]:

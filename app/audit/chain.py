@@ -124,6 +124,7 @@ def link(
                 "prev_hash": prev,
                 "hash": hashed,
                 "keyed": secret is not None,
+                "workspace": entry.workspace,
             }
         )
         prev = hashed

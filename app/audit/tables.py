@@ -223,3 +223,4 @@ class Covered:
     table: str
     row_id: str
     digest: str
+    workspace: str = "default"  # the row's (its chain entry is of the same workspace)

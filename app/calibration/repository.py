@@ -49,8 +49,8 @@ GROUP_KEYS = {
 }
 
 
-def _conditions(f: Filters) -> list[ColumnElement[bool]]:
-    conditions: list[ColumnElement[bool]] = []
+def _conditions(workspace: str, f: Filters) -> list[ColumnElement[bool]]:
+    conditions: list[ColumnElement[bool]] = [Decision.workspace == workspace]
     if f.agent is not None:
         conditions.append(Decision.recorded_by == f.agent)
     if f.category is not None:
@@ -64,7 +64,7 @@ def _conditions(f: Filters) -> list[ColumnElement[bool]]:
     return conditions
 
 
-def _aggregate_query(f: Filters, key: str | None) -> Select[Any]:
+def _aggregate_query(workspace: str, f: Filters, key: str | None) -> Select[Any]:
     """One row of sums per slice. The key is computed in a subquery and grouped by its column,
     so Postgres never has to match a bound parameter in SELECT with one in GROUP BY."""
     columns: list[ColumnElement[Any]] = [
@@ -74,7 +74,7 @@ def _aggregate_query(f: Filters, key: str | None) -> Select[Any]:
     ]
     if key is not None:
         columns.append(GROUP_KEYS[key]().label("key"))
-    scoped = select(*columns).where(*_conditions(f)).subquery("scoped")
+    scoped = select(*columns).where(*_conditions(workspace, f)).subquery("scoped")
     c = scoped.c
     error = c.confidence - c.score
     sums: list[ColumnElement[Any]] = [
@@ -90,9 +90,12 @@ def _aggregate_query(f: Filters, key: str | None) -> Select[Any]:
     return select(c.key, *sums).select_from(scoped).group_by(c.key).order_by(c.key)
 
 
-async def aggregate(session: AsyncSession, f: Filters, key: str | None) -> list[tuple[Any, Sums]]:
-    """``(key, sums)`` per slice; with no key, a single ``(None, sums)`` for everything."""
-    result = await session.execute(_aggregate_query(f, key))
+async def aggregate(
+    session: AsyncSession, workspace: str, f: Filters, key: str | None
+) -> list[tuple[Any, Sums]]:
+    """``(key, sums)`` per slice of ``workspace``'s decisions; with no key, a single
+    ``(None, sums)`` for all of them."""
+    result = await session.execute(_aggregate_query(workspace, f, key))
     out: list[tuple[Any, Sums]] = []
     for row in result.mappings():
         sums = Sums(

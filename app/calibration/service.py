@@ -130,11 +130,15 @@ def resolve_filters(p: GetCalibrationParams) -> Filters:
 
 
 async def _groups(
-    session: AsyncSession, f: Filters, group_by: str, by_bucket: list[tuple[int, Sums]]
+    session: AsyncSession,
+    workspace: str,
+    f: Filters,
+    group_by: str,
+    by_bucket: list[tuple[int, Sums]],
 ) -> list[tuple[str, Sums]]:
     if group_by == "confidenceBucket":
         return [(bucket_label(i), sums) for i, sums in by_bucket]
-    rows = [(str(k), s) for k, s in await aggregate(session, f, group_by)]
+    rows = [(str(k), s) for k, s in await aggregate(session, workspace, f, group_by)]
     if group_by == "stakes":
         rows.sort(key=lambda item: (STAKES_ORDER.get(item[0], len(STAKES_ORDER)), item[0]))
     return rows
@@ -142,13 +146,15 @@ async def _groups(
 
 async def get_calibration(ctx: CallContext, p: GetCalibrationParams) -> GetCalibrationResult:
     f = resolve_filters(p)
-    session = ctx.session
-    [(_, overall)] = await aggregate(session, f, None)
+    session, workspace = ctx.session, ctx.workspace
+    [(_, overall)] = await aggregate(session, workspace, f, None)
     by_bucket: list[tuple[int, Sums]] = []
     if overall.matched:
-        by_bucket = [(int(k), s) for k, s in await aggregate(session, f, "confidenceBucket")]
+        by_bucket = [
+            (int(k), s) for k, s in await aggregate(session, workspace, f, "confidenceBucket")
+        ]
     head = figures(overall, f.min_decisions)
-    groups = await _groups(session, f, p.group_by, by_bucket) if p.group_by else None
+    groups = await _groups(session, workspace, f, p.group_by, by_bucket) if p.group_by else None
     return GetCalibrationResult(
         brier_score=head.brier_score,
         accuracy=head.accuracy,

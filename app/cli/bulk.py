@@ -18,10 +18,28 @@ from .failures import Failure
 from .runner import with_services
 
 
+def _workspace(value: str | None) -> str | None:
+    from ..scopes import is_workspace_id
+
+    if value is not None and not is_workspace_id(value):
+        raise Failure("--workspace: a workspace id is 1-63 of a-z, 0-9 and '-', not first '-'")
+    return value
+
+
 @click.command("export")
-def export_tree() -> None:
-    """Rebuild the YAML tree (CSTP_DECISIONS_DIR) from the database, with progress."""
+@click.option(
+    "--workspace",
+    metavar="W",
+    help="Only this workspace's decisions (default: every workspace, each in its folder).",
+)
+def export_tree(workspace: str | None) -> None:
+    """Rebuild the YAML tree (CSTP_DECISIONS_DIR) from the database, with progress.
+
+    Workspace default's files are under decisions/YYYY/MM/, another workspace's under
+    decisions/<workspace>/YYYY/MM/."""
     from ..decisions.bulk import export_all
+
+    only = _workspace(workspace)
 
     async def work(services: Any) -> Any:
         with click.progressbar(length=0, label="exporting", file=sys.stderr) as bar:
@@ -30,7 +48,7 @@ def export_tree() -> None:
                 bar.length = total
                 bar.update(done - bar.pos)
 
-            return await export_all(services, progress=progress)
+            return await export_all(services, progress=progress, workspace=only)
 
     exported = with_services(work)
     click.echo(f"exported {exported} decision file(s)")
@@ -42,14 +60,24 @@ def export_tree() -> None:
 
 @click.command("import")
 @click.argument("directory", type=click.Path(path_type=Path))
-def import_tree_command(directory: Path) -> None:
+@click.option(
+    "--workspace",
+    metavar="W",
+    default="default",
+    show_default=True,
+    help="The workspace the decisions are imported into.",
+)
+def import_tree_command(directory: Path, workspace: str) -> None:
     """Load a tree of decision YAML files into the database (idempotent), then index them.
 
-    Exits 1 when a file could not be imported or an event is left to retry."""
+    A file that names another workspace (``workspace:``) is not imported: import it with
+    that --workspace. Exits 1 when a file could not be imported or an event is left to
+    retry."""
     from ..decisions.importer import import_tree
     from ..outbox.admin import progress_of
     from ..outbox.loop import LEASE
 
+    into = _workspace(workspace) or "default"
     if not directory.is_dir():
         raise Failure(f"{directory}: {'not a' if directory.exists() else 'no such'} directory")
     os.scandir(directory).close()  # an unreadable directory fails here, in one line
@@ -61,7 +89,7 @@ def import_tree_command(directory: Path) -> None:
                 bar.length = total
                 bar.update(done - bar.pos)
 
-            report = await import_tree(services, directory, progress=progress)
+            report = await import_tree(services, directory, progress=progress, workspace=into)
         await services.relay.drain()  # the imported decisions' events are due now
         # A running server's relay may have claimed some of them: wait for it, at most as
         # long as its lease, then report the events' state as the database has it.

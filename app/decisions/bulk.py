@@ -94,9 +94,14 @@ async def _write_current(
 
 
 async def export_all(
-    services: Services, progress: Progress | None = None, batch: int = DEFAULT_BATCH
+    services: Services,
+    progress: Progress | None = None,
+    batch: int = DEFAULT_BATCH,
+    *,
+    workspace: str | None = None,
 ) -> Exported:
-    """Write every decision's YAML file under ``settings.decisions_dir``; returns the count
+    """Write the YAML file of every decision of ``workspace`` (of every workspace, None) under
+    ``settings.decisions_dir``, each in its workspace's folder; returns the count
     of files written, with ``.failed`` naming each decision that cannot be written as YAML.
 
     ``progress(done, total)`` is called after each batch. ``total`` is counted up front; rows
@@ -109,13 +114,13 @@ async def export_all(
     db = services.db
     root = services.settings.decisions_dir
     async with db.transaction(write=False) as session:
-        total = await repository.count_all(session)
+        total = await repository.count_all(session, workspace)
     done = 0
     failed: list[tuple[str, str]] = []
     last_id: str | None = None
     while True:
         async with db.transaction(write=False) as session:
-            ids = await repository.ids_after(session, last_id, batch)
+            ids = await repository.ids_after(session, last_id, batch, workspace)
             if not ids:
                 break
             loaded = await load_decisions(session, ids)

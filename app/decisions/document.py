@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, cast
 
+from app.db.base import DEFAULT_WORKSPACE
 from app.db.decisions import Decision, DecisionReview
 from app.records.entries import list_item, reasons_of, reasons_out, tags_of
 from app.runtime import iso
@@ -31,11 +32,18 @@ def summarize(text: str) -> str:
 
 
 def relative_path(decision: Decision) -> str:
-    """``decisions/YYYY/MM/YYYY-MM-DD-decision-<id>.yaml``: only the row's date and id."""
+    """``decisions/YYYY/MM/YYYY-MM-DD-decision-<id>.yaml`` for workspace ``default``, and
+    ``decisions/<workspace>/YYYY/MM/…`` for any other: only the row's workspace (an id of
+    ``[a-z0-9][a-z0-9-]*``, checked where tokens are made), date and id."""
     created = decision.created_at
     # The year zero-padded by hand: strftime's %Y gives "1", not "0001", for the year 1 here.
     year, month, day = f"{created.year:04d}", f"{created.month:02d}", f"{created.day:02d}"
-    return f"decisions/{year}/{month}/{year}-{month}-{day}-decision-{decision.id}.yaml"
+    root = (
+        "decisions/"
+        if decision.workspace == DEFAULT_WORKSPACE
+        else (f"decisions/{decision.workspace}/")
+    )
+    return f"{root}{year}/{month}/{year}-{month}-{day}-decision-{decision.id}.yaml"
 
 
 def _pre_decision(d: Decision) -> dict[str, Any]:
@@ -53,6 +61,8 @@ def export_fields(d: Decision) -> dict[str, Any]:
     empty keys left out."""
     fields: dict[str, Any] = {
         "id": d.id,
+        # only another workspace's files name theirs: ``default``'s stay as they always were
+        "workspace": None if d.workspace == DEFAULT_WORKSPACE else d.workspace,
         "summary": d.summary,
         "decision": d.decision,
         "category": d.category,

@@ -19,7 +19,9 @@ from typing import Any
 
 import yaml
 
+from app.db.base import DEFAULT_WORKSPACE
 from app.db.decisions import Decision, DecisionReason, DecisionTag
+from app.scopes import is_workspace_id
 
 from .document import summarize
 from .import_limits import SAFE_LOADER, Unreadable, read_capped, refuse_aliases, within_api_limits
@@ -44,16 +46,32 @@ from .import_values import (
 HEX_ID = re.compile(r"[0-9a-f]{8}")
 
 
-def decision_id(data: dict[str, Any], content: bytes) -> str:
-    """The file's own id when it is ours (8 hex), else a stable id derived from it."""
+def decision_id(data: dict[str, Any], content: bytes, workspace: str = DEFAULT_WORKSPACE) -> str:
+    """The file's own id when it is ours (8 hex), else a stable id derived from it (and from
+    its workspace, unless ``default``: two teams' journals may use the same ids)."""
     raw = data.get("id")
     if isinstance(raw, str) and HEX_ID.fullmatch(raw):
         return raw
     basis = str(raw).encode() if raw is not None else content
+    if workspace != DEFAULT_WORKSPACE:
+        basis = workspace.encode() + b":" + basis
     return hashlib.sha256(b"cstp-import:" + basis).hexdigest()[:8]
 
 
-def parse_file(path: Path, categories: tuple[str, ...], max_bytes: int) -> Decision:
+def _workspace_of(data: dict[str, Any], workspace: str) -> None:
+    """A file that names a workspace is imported into that one only."""
+    named = data.get("workspace", DEFAULT_WORKSPACE)
+    if named == workspace:
+        return
+    if not is_workspace_id(named):
+        raise Unreadable("workspace: not a workspace id")
+    raise Unreadable(f"belongs to workspace {named}: import it with --workspace {named}")
+
+
+def parse_file(
+    path: Path, categories: tuple[str, ...], max_bytes: int, workspace: str = DEFAULT_WORKSPACE
+) -> Decision:
+    """The decision of one file, for ``workspace``."""
     content = read_capped(path, max_bytes)
     refuse_aliases(content)
     try:
@@ -70,6 +88,7 @@ def parse_file(path: Path, categories: tuple[str, ...], max_bytes: int) -> Decis
         raise Unreadable(f"a value cannot be read: {str(exc)[:200]}") from None
     if not isinstance(data, dict):
         raise Unreadable("not a mapping of decision fields")
+    _workspace_of(data, workspace)
     text = text_at(data, "decision") or text_at(data, "summary") or text_at(data, "title")
     if not text or not text.strip():
         raise Unreadable("decision: missing")
@@ -89,7 +108,8 @@ def parse_file(path: Path, categories: tuple[str, ...], max_bytes: int) -> Decis
     if created is None:
         raise Unreadable("date: missing")
     decision = Decision(
-        id=decision_id(data, content),
+        id=decision_id(data, content, workspace),
+        workspace=workspace,
         summary=text_at(data, "summary") or summarize(text),
         decision=text.strip(),
         category=category,
@@ -119,6 +139,10 @@ def parse_file(path: Path, categories: tuple[str, ...], max_bytes: int) -> Decis
     decision.reasons = [_reason(i, r) for i, r in enumerate(list_at(data, "reasons"))]
     tags = [t for t in scalars_at(data, "tags", TAG_LENGTH) if t.strip()]
     decision.tags = [DecisionTag(tag=t, position=i) for i, t in enumerate(dict.fromkeys(tags))]
+    for reason in decision.reasons:
+        reason.workspace = workspace
+    for tag in decision.tags:
+        tag.workspace = workspace
     _apply_review(decision, data)
     within_api_limits(decision)
     return decision

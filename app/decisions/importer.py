@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from app.db.base import DEFAULT_WORKSPACE
 from app.db.decisions import Decision
 
 from . import repository
@@ -28,6 +29,11 @@ if TYPE_CHECKING:
     from app.services import Services
 
 log = logging.getLogger("cstp.import")
+
+
+class TakenElsewhere(Exception):
+    """A decision's id is already stored in another workspace (ids are unique across all)."""
+
 
 Progress = Callable[[int, int], None]
 BATCH = 200
@@ -61,11 +67,16 @@ def _chunks(items: list[Path], size: int) -> Iterator[list[Path]]:
 
 
 async def import_tree(
-    services: Services, root: Path, progress: Progress | None = None
+    services: Services,
+    root: Path,
+    progress: Progress | None = None,
+    *,
+    workspace: str = DEFAULT_WORKSPACE,
 ) -> ImportReport:
-    """Import every YAML file under ``root``, BATCH files per transaction. A file that cannot
-    be read, or that the database refuses, is listed in the report with the reason; the
-    others are imported all the same."""
+    """Import every YAML file under ``root`` into ``workspace``, BATCH files per transaction.
+    A file that cannot be read, or that the database refuses, is listed in the report with
+    the reason (a file naming another workspace is one); the others are imported all the
+    same."""
     files = find_files(root)
     report = ImportReport(files=len(files))
     categories = services.settings.categories
@@ -74,7 +85,7 @@ async def import_tree(
 
     def parsed_or_listed(path: Path) -> Decision | None:
         try:
-            return parse_file(path, categories, max_bytes)
+            return parse_file(path, categories, max_bytes, workspace)
         except Unreadable as exc:
             reason = str(exc)
         except OSError as exc:
@@ -89,7 +100,7 @@ async def import_tree(
         parsed = [(path, d) for path in chunk if (d := parsed_or_listed(path)) is not None]
         try:
             new, existing = await _store(services, [d for _, d in parsed], report.new_ids)
-        except SQLAlchemyError:
+        except (SQLAlchemyError, TakenElsewhere):
             # One file the database refuses would fail the whole batch: store them one by
             # one (parsed again: the failed transaction's objects are not reused).
             new = existing = 0
@@ -99,6 +110,10 @@ async def import_tree(
                     continue
                 try:
                     one_new, one_existing = await _store(services, [decision], report.new_ids)
+                except TakenElsewhere:
+                    reason = "its id is taken by a decision of another workspace"
+                    report.failed.append((str(path.relative_to(root)), reason))
+                    continue
                 except SQLAlchemyError as exc:
                     log.warning("import of %s refused by the database: %s", path, exc)
                     report.failed.append(
@@ -128,13 +143,15 @@ async def _store(
         ids = [d.id for d in decisions]
         known = await repository.stored_ids(session, ids)
         for decision in decisions:
+            if known.get(decision.id, decision.workspace) != decision.workspace:
+                raise TakenElsewhere(decision.id)
             if decision.id in known:
                 existing += 1
                 continue
-            known.add(decision.id)
+            known[decision.id] = decision.workspace
             repository.add_imported(session, decision)
             # Due at once: this command (or a running server) carries them out.
-            services.relay.enqueue(session, decision.id, leased=False)
+            services.relay.enqueue(session, decision.id, decision.workspace, leased=False)
             added.append(decision.id)
             new += 1
     new_ids.extend(added)

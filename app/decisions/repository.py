@@ -23,29 +23,21 @@ from app.audit.chain import append
 from app.db.decisions import Decision, DecisionReview, DecisionTag
 from app.errors import decision_not_found
 from app.operations.params import parse_timestamp
-from app.records.repository import load_decisions
 
 from .schemas import ListDecisionsParams
 
 # --- whole rows ------------------------------------------------------------------------------
 
 
-async def load_one(session: AsyncSession, decision_id: str) -> Decision:
-    """One row as ``load_decisions`` loads it; -32007 (decision not found) when there is none."""
-    found = await load_decisions(session, [decision_id])
-    if decision_id not in found:
-        raise decision_not_found(decision_id)
-    return found[decision_id]
-
-
-async def lock_one(session: AsyncSession, decision_id: str) -> Decision:
-    """One row as ``load_one`` loads it, locked until the transaction ends (``FOR UPDATE`` on
-    Postgres, which waits for a transaction that holds it and then reads the row as that one
-    committed it; SQLite's write transactions hold the database's only write lock already).
-    -32007 when there is none."""
+async def lock_one(session: AsyncSession, workspace: str, decision_id: str) -> Decision:
+    """One row of ``workspace`` with its tags and reasons, locked until the transaction ends
+    (``FOR UPDATE`` on Postgres, which waits for a transaction that holds it and then reads
+    the row as that one committed it; SQLite's write transactions hold the database's only
+    write lock already).
+    -32007 when there is none, in that workspace."""
     row = await session.scalar(
         select(Decision)
-        .where(Decision.id == decision_id)
+        .where(Decision.id == decision_id, Decision.workspace == workspace)
         .with_for_update(of=Decision)
         .options(selectinload(Decision.tags), selectinload(Decision.reasons))
         .execution_options(populate_existing=True)
@@ -56,17 +48,18 @@ async def lock_one(session: AsyncSession, decision_id: str) -> Decision:
 
 
 async def load_with_reviews(
-    session: AsyncSession, decision_id: str
+    session: AsyncSession, workspace: str, decision_id: str
 ) -> tuple[Decision, list[DecisionReview]]:
-    """One row as ``load_one`` loads it, and its reviews oldest first: by id, the latest last
-    (see "which review is the latest" below). Both are read by one statement, so they are one
-    snapshot even under Postgres' READ COMMITTED, where each statement sees what was committed
-    before it: a review committed between two statements would otherwise be in the history and
-    not yet in the row. -32007 when there is none."""
+    """One row of ``workspace`` with its tags and reasons, and its reviews oldest first: by
+    id, the latest last (see "which review is the latest" below). Both are read by one
+    statement, so they are one snapshot even under Postgres' READ COMMITTED, where each
+    statement sees what was committed before it: a review committed between two statements
+    would otherwise be in the history and not yet in the row. -32007 when there is none, in
+    that workspace."""
     result = await session.execute(
         select(Decision, DecisionReview)
         .outerjoin(DecisionReview, DecisionReview.decision_id == Decision.id)
-        .where(Decision.id == decision_id)
+        .where(Decision.id == decision_id, Decision.workspace == workspace)
         .order_by(DecisionReview.id)
         .options(selectinload(Decision.tags), selectinload(Decision.reasons))
     )
@@ -76,9 +69,13 @@ async def load_with_reviews(
     return rows[0][0], [review for _, review in rows if review is not None]
 
 
-async def stored_ids(session: AsyncSession, ids: Sequence[str]) -> set[str]:
-    """Which of ``ids`` are stored."""
-    return set(await session.scalars(select(Decision.id).where(Decision.id.in_(ids))))
+async def stored_ids(session: AsyncSession, ids: Sequence[str]) -> dict[str, str]:
+    """Which of ``ids`` are stored, in any workspace (an import must not take an id another
+    workspace holds): id -> its workspace."""
+    rows = await session.execute(
+        select(Decision.id, Decision.workspace).where(Decision.id.in_(ids))
+    )
+    return {row[0]: row[1] for row in rows}
 
 
 async def created_at_of(session: AsyncSession, ids: Sequence[str]) -> dict[str, datetime]:
@@ -89,13 +86,22 @@ async def created_at_of(session: AsyncSession, ids: Sequence[str]) -> dict[str, 
     return {row[0]: row[1] for row in rows.all()}
 
 
-async def count_all(session: AsyncSession) -> int:
-    return int(await session.scalar(select(func.count()).select_from(Decision)) or 0)
+async def count_all(session: AsyncSession, workspace: str | None = None) -> int:
+    """How many decisions ``workspace`` has (every workspace's, None)."""
+    query = select(func.count()).select_from(Decision)
+    if workspace is not None:
+        query = query.where(Decision.workspace == workspace)
+    return int(await session.scalar(query) or 0)
 
 
-async def ids_after(session: AsyncSession, last_id: str | None, limit: int) -> list[str]:
-    """Up to ``limit`` ids in id order, after ``last_id`` (from the first when None)."""
+async def ids_after(
+    session: AsyncSession, last_id: str | None, limit: int, workspace: str | None = None
+) -> list[str]:
+    """Up to ``limit`` ids in id order, after ``last_id`` (from the first when None), of
+    ``workspace`` (of every workspace, None)."""
     query = select(Decision.id).order_by(Decision.id).limit(limit)
+    if workspace is not None:
+        query = query.where(Decision.workspace == workspace)
     if last_id is not None:
         query = query.where(Decision.id > last_id)
     return list(await session.scalars(query))
@@ -113,8 +119,8 @@ _SORT = {
 }
 
 
-def _filtered(p: ListDecisionsParams) -> Select[Decision]:
-    query = select(Decision)
+def _filtered(workspace: str, p: ListDecisionsParams) -> Select[Decision]:
+    query = select(Decision).where(Decision.workspace == workspace)
     for column, value in (
         (Decision.category, p.category),
         (Decision.stakes, p.stakes),
@@ -154,11 +160,11 @@ def _escape_like(text: str) -> str:
 
 
 async def list_page(
-    session: AsyncSession, p: ListDecisionsParams
+    session: AsyncSession, workspace: str, p: ListDecisionsParams
 ) -> tuple[int, ScalarResult[Decision]]:
-    """How many rows match listDecisions' filters, and the requested page of them (with
-    their tags) in the requested order (ties by id)."""
-    query = _filtered(p)
+    """How many rows of ``workspace`` match listDecisions' filters, and the requested page of
+    them (with their tags) in the requested order (ties by id)."""
+    query = _filtered(workspace, p)
     total = await session.scalar(select(func.count()).select_from(query.subquery()))
     column = _SORT[p.sort]
     ordering = column.asc() if p.order == "asc" else column.desc()
@@ -209,6 +215,7 @@ def _history_row(decision: Decision) -> DecisionReview:
     assert decision.outcome is not None and decision.reviewed_at is not None
     return DecisionReview(
         decision_id=decision.id,
+        workspace=decision.workspace,
         outcome=decision.outcome,
         actual_result=decision.actual_result,
         lessons=decision.lessons,
@@ -237,6 +244,7 @@ def add_review(
     "which review is the latest")."""
     review = DecisionReview(
         decision_id=decision.id,
+        workspace=decision.workspace,
         outcome=outcome,
         actual_result=actual_result,
         lessons=lessons,

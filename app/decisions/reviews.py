@@ -34,7 +34,7 @@ AFTER = timedelta(microseconds=1)  # the step both databases store a time to
 
 
 async def review(ctx: CallContext, p: ReviewDecisionParams) -> ReviewDecisionResult:
-    decision = await repository.lock_one(ctx.session, p.id)
+    decision = await repository.lock_one(ctx.session, ctx.workspace, p.id)
     if decision.recorded_by != ctx.agent and not ctx.principal.may(REVIEW_ANY):
         raise forbidden(REVIEW_ANY, "reviewing a decision another agent recorded needs this scope")
     now = ctx.services.runtime.now()  # after the lock: the reviews' times follow their order
@@ -53,7 +53,7 @@ async def review(ctx: CallContext, p: ReviewDecisionParams) -> ReviewDecisionRes
         reviewed_at=now,
     )
     relay = ctx.services.relay
-    events = relay.enqueue(ctx.session, decision.id)
+    events = relay.enqueue(ctx.session, decision.id, decision.workspace)
     await ctx.session.flush()
     result = ReviewDecisionResult(
         success=True,

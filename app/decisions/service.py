@@ -88,6 +88,7 @@ async def record(ctx: CallContext, p: RecordDecisionParams) -> RecordDecisionRes
         "status": "pending",
         "created_at": now,
         "recorded_by": ctx.agent,
+        "workspace": ctx.workspace,
         "context": p.context,
         "mental_state": p.mental_state,
         "review_in": p.review_in,
@@ -109,10 +110,18 @@ async def record(ctx: CallContext, p: RecordDecisionParams) -> RecordDecisionRes
     def build() -> Decision:
         decision = Decision(**fields)
         decision.reasons = [
-            DecisionReason(position=i, type=r.type, text=r.text, strength=float(r.strength))
+            DecisionReason(
+                workspace=ctx.workspace,
+                position=i,
+                type=r.type,
+                text=r.text,
+                strength=float(r.strength),
+            )
             for i, r in enumerate(p.reasons)
         ]
-        decision.tags = [DecisionTag(tag=t, position=i) for i, t in enumerate(tags)]
+        decision.tags = [
+            DecisionTag(workspace=ctx.workspace, tag=t, position=i) for i, t in enumerate(tags)
+        ]
         return decision
 
     # Embed while the rows are written and committed: the outbox pass finds the vector ready.
@@ -131,12 +140,12 @@ async def record(ctx: CallContext, p: RecordDecisionParams) -> RecordDecisionRes
 
 
 async def get(ctx: CallContext, p: GetDecisionParams) -> GetDecisionResult:
-    decision, reviews = await repository.load_with_reviews(ctx.session, p.id)
+    decision, reviews = await repository.load_with_reviews(ctx.session, ctx.workspace, p.id)
     return GetDecisionResult(found=True, decision=document.wire(decision, list(reviews)))
 
 
 async def list_decisions(ctx: CallContext, p: ListDecisionsParams) -> ListDecisionsResult:
-    total, rows = await repository.list_page(ctx.session, p)
+    total, rows = await repository.list_page(ctx.session, ctx.workspace, p)
     return ListDecisionsResult(
         decisions=[document.listed(d) for d in rows],
         total=total,

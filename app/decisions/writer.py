@@ -158,7 +158,7 @@ class RecordWriter:
                     decision.id = self.runtime.decision_id()
                     repository.add_decision(session, decision)
                     unit.decision = decision
-                    unit.events = self.relay.enqueue(session, decision.id)
+                    unit.events = self.relay.enqueue(session, decision.id, decision.workspace)
                 await session.flush()
                 undo_settle = await self.relay.settle_in(session)
         except BaseException:
@@ -173,7 +173,7 @@ class RecordWriter:
             decision = unit.build()
             await self._insert_with_fresh_id(session, decision)
             unit.decision = decision
-            unit.events = self.relay.enqueue(session, decision.id)
+            unit.events = self.relay.enqueue(session, decision.id, decision.workspace)
             await session.flush()
         (committed,) = self._committed([unit])
         return committed

@@ -144,6 +144,7 @@ def evaluate_request(ctx: CallContext, request: Request, source: str) -> Staged:
     row = {
         "id": evaluation_id,
         "agent": ctx.agent,
+        "workspace": ctx.workspace,
         "source": source,
         "evaluated_at": now,
         "description": request.description,
@@ -162,6 +163,7 @@ def evaluate_request(ctx: CallContext, request: Request, source: str) -> Staged:
     rule_rows = [
         {
             "evaluation_id": evaluation_id,
+            "workspace": ctx.workspace,
             "guardrail_id": c.guardrail_id,
             "severity": c.severity,
             "mode": c.mode,

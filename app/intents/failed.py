@@ -51,6 +51,7 @@ async def record_failure(ctx: CallContext, raw: dict[str, Any], error: CstpError
         id=ctx.services.runtime.uuid(),
         correlation_id=correlation[:CORRELATION_CHARS] if isinstance(correlation, str) else "",
         agent=ctx.agent,
+        workspace=ctx.workspace,
         received_at=ctx.services.runtime.now(),
         outcome="rate_limited" if error.code == RATE_LIMITED else "failed",
         error_code=error.code,

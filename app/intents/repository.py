@@ -29,7 +29,9 @@ _STORED = select(
     Intent.response,
     Intent.similar_found,
     Intent.allowed,
+    # the unique key of successful announcements: (workspace, agent, correlation id)
 ).where(
+    Intent.workspace == bindparam("workspace"),
     Intent.agent == bindparam("agent"),
     Intent.correlation_id == bindparam("cid"),
     Intent.outcome == "ok",
@@ -41,19 +43,25 @@ if TYPE_CHECKING:
     StoredIntent = Row[str, str, str | None, str | None, int | None, bool | None]
 
 
-def _read_stored(conn: Connection, *, agent: str, correlation_id: str) -> StoredIntent | None:
-    return conn.execute(_STORED, {"agent": agent, "cid": correlation_id}).first()
+def _read_stored(
+    conn: Connection, *, workspace: str, agent: str, correlation_id: str
+) -> StoredIntent | None:
+    params = {"workspace": workspace, "agent": agent, "cid": correlation_id}
+    return conn.execute(_STORED, params).first()
 
 
 async def stored(ctx: CallContext, correlation_id: str) -> StoredIntent | None:
-    """This agent's successful announcement with ``correlation_id``, if any (one indexed read):
+    """This agent's successful announcement with ``correlation_id`` in the call's workspace,
+    if any (one indexed read):
     its ``id``, ``similar_found`` and ``allowed``.
 
     Read by ``Database.read``: on SQLite on a read connection, so it never takes the write
     lock; on Postgres in the call's transaction when it has one, else (announceIntent,
     recordDecision: they commit in batches) in a short one of its own, which ends before
     the call waits for its batch."""
-    work = functools.partial(_read_stored, agent=ctx.agent, correlation_id=correlation_id)
+    work = functools.partial(
+        _read_stored, workspace=ctx.workspace, agent=ctx.agent, correlation_id=correlation_id
+    )
     return await ctx.services.db.read(work, session=ctx.open_session)
 
 

@@ -98,7 +98,9 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> AnnounceIntentR
             return _replay(stored, fingerprint)
     received_at = runtime.now()
     query = f"{p.intent} {p.context or ''}".strip()
-    searched = await similar(ctx, query, SearchFilters(category=p.category), SIMILAR_LIMIT)
+    searched = await similar(
+        ctx, query, SearchFilters(category=p.category, workspace=ctx.workspace), SIMILAR_LIMIT
+    )
     found = searched.found
     if p.category is not None:
         known_category(p.category, ctx.services.settings.categories, "category")
@@ -128,6 +130,7 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> AnnounceIntentR
         "id": intent_id,
         "correlation_id": correlation_id,
         "agent": ctx.agent,
+        "workspace": ctx.workspace,
         "received_at": received_at,
         "outcome": "ok",
         "intent": p.intent,
@@ -148,6 +151,7 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> AnnounceIntentR
     matches = [
         {
             "intent_id": intent_id,
+            "workspace": ctx.workspace,
             "decision_id": f.decision.id,
             "rank": rank,
             "distance": f.distance,

@@ -30,6 +30,11 @@ class CallContext:
         return self.principal.agent
 
     @property
+    def workspace(self) -> str:
+        """The calling token's workspace: every row the call reads or writes is of it."""
+        return self.principal.workspace
+
+    @property
     def session(self) -> AsyncSession:
         """The call's transaction (an operation without one must not ask for it)."""
         if self.open_session is None:

@@ -1,8 +1,10 @@
-"""Per-agent, per-method rate limits: a token bucket per (agent, method).
+"""Per-agent, per-method rate limits: a token bucket per (workspace, agent, method).
 
-A budget ``count/seconds`` lets an agent make ``count`` calls at once and then one more each
-``seconds / count``. The in-memory limiter serves one process; the Redis limiter runs the same
-arithmetic inside one Lua script, so several server processes share one budget atomically.
+An agent's budget is its own in its workspace: an agent of the same name in another
+workspace has a budget of its own. A budget ``count/seconds`` lets an agent make ``count``
+calls at once and then one more each ``seconds / count``. The in-memory limiter serves one
+process; the Redis limiter runs the same arithmetic inside one Lua script, so several server
+processes share one budget atomically.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ OUTAGE_RETRY_MS = 2000
 
 
 class RateLimiter(Protocol):
-    async def check(self, agent: str, method: str) -> None:
+    async def check(self, workspace: str, agent: str, method: str) -> None:
         """Take one token or raise RateLimited (-32002) with ``retryAfterMs``."""
 
     async def close(self) -> None: ...
@@ -39,25 +41,26 @@ class MemoryRateLimiter:
     ) -> None:
         self.limits = limits
         self.clock = clock
-        self._buckets: dict[tuple[str, str], tuple[float, float]] = {}
+        self._buckets: dict[tuple[str, str, str], tuple[float, float]] = {}
 
-    async def check(self, agent: str, method: str) -> None:
+    async def check(self, workspace: str, agent: str, method: str) -> None:
         budget = _budget(self.limits, method)
         rate = budget.count / budget.seconds
         now = self.clock()
-        tokens, stamp = self._buckets.get((agent, method), (float(budget.count), now))
+        key = (method, workspace, agent)
+        tokens, stamp = self._buckets.get(key, (float(budget.count), now))
         tokens = min(float(budget.count), tokens + (now - stamp) * rate)
         if tokens < 1.0:
-            self._buckets[(agent, method)] = (tokens, now)
+            self._buckets[key] = (tokens, now)
             raise rate_limited(max(1, math.ceil((1.0 - tokens) / rate * 1000)))
-        self._buckets[(agent, method)] = (tokens - 1.0, now)
+        self._buckets[key] = (tokens - 1.0, now)
         if len(self._buckets) > 100_000:
             self._forget_full_buckets(now)
 
     def _forget_full_buckets(self, now: float) -> None:
         """Drop buckets that have refilled completely; they hold no information."""
         for key, (tokens, stamp) in list(self._buckets.items()):
-            budget = _budget(self.limits, key[1])
+            budget = _budget(self.limits, key[0])
             if tokens + (now - stamp) * budget.count / budget.seconds >= budget.count:
                 del self._buckets[key]
 
@@ -138,8 +141,10 @@ class RedisRateLimiter:
         ttl_ms = int(budget.seconds * 1000) + 1000
         return int(await self._script(keys=[key], args=[budget.count, rate_per_ms, ttl_ms]))
 
-    async def check(self, agent: str, method: str) -> None:
-        key = f"{self.prefix}:{method}:{agent}"
+    async def check(self, workspace: str, agent: str, method: str) -> None:
+        # a workspace id holds no ":", so the key names one (workspace, agent) whatever the
+        # agent's name holds
+        key = f"{self.prefix}:{method}:{workspace}:{agent}"
         try:
             wait = await self._take(key, _budget(self.limits, method))
         except self._errors as exc:

@@ -66,7 +66,7 @@ class Runner:
             raw = ensure_object(raw_params)
             if not any(principal.may(scope) for scope in operation.scopes):
                 raise forbidden(operation.scopes[0], f"{operation.name} needs this scope")
-            await self.services.limiter.check(agent, operation.name)
+            await self.services.limiter.check(principal.workspace, agent, operation.name)
             try:
                 params = decode(raw, operation.params)
             except RecursionError:

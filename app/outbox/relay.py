@@ -65,17 +65,20 @@ class Relay(BackgroundRelay):
         self,
         session: AsyncSession,
         decision_id: str,
+        workspace: str,
         kinds: Sequence[EventKind] = tuple(EventKind),
         *,
         leased: bool = True,
     ) -> list[OutboxEvent]:
-        """Add events for ``decision_id``, leased to this process for the inline pass, or
-        due at once (``leased=False``) for whichever relay claims them first."""
+        """Add events for the decision ``decision_id`` of ``workspace``, leased to this
+        process for the inline pass, or due at once (``leased=False``) for whichever relay
+        claims them first."""
         now = self.runtime.now()
         events = [
             OutboxEvent(
                 kind=kind,
                 decision_id=decision_id,
+                workspace=workspace,
                 status=Status.PENDING,
                 attempts=0,
                 unknown_failures=0,

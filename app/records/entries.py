@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
+from app.db.base import DEFAULT_WORKSPACE
 from app.db.decisions import Decision
 from app.runtime import iso
 from app.wire import DecisionItem, Outcome, ReasonOut, Stakes, Status
@@ -30,6 +31,7 @@ class IndexEntry:
     id: str
     document: str
     metadata: Mapping[str, MetadataValue | None]
+    workspace: str = DEFAULT_WORKSPACE  # the decision's: its entry goes to that one's collection
 
 
 def tags_of(decision: Decision | Brief) -> list[str]:
@@ -58,7 +60,9 @@ def index_text(d: Decision) -> str:
 
 def index_entry(d: Decision) -> IndexEntry:
     """The vector index document and metadata."""
-    return IndexEntry(id=d.id, document=index_text(d), metadata=index_metadata(d))
+    return IndexEntry(
+        id=d.id, document=index_text(d), metadata=index_metadata(d), workspace=d.workspace
+    )
 
 
 def index_metadata(d: Decision | Brief) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any, TypeGuard
 
@@ -40,7 +40,13 @@ class SearchFilters:
     - ``tags``: the decision has EVERY listed tag (exact, case-sensitive).
     - ``None`` means "not filtered"; so does an empty tuple (an empty list in a request is
       read as "no restriction", not as "match nothing").
+
+    ``workspace`` is not a filter a caller chooses: it is the calling token's, and every search
+    is made inside it (its own vector collection, a condition of every SQL statement), so it
+    is never "unfiltered" and ``is_empty`` leaves it out.
     """
+
+    workspace: str = field(kw_only=True)
 
     category: str | None = None
     stakes: tuple[str, ...] | None = None
@@ -58,7 +64,9 @@ class SearchFilters:
 
     def is_empty(self) -> bool:
         """True when no filter is set (an empty tuple counts as unset)."""
-        return all(getattr(self, f.name) in (None, ()) for f in fields(self))
+        return all(
+            getattr(self, f.name) in (None, ()) for f in fields(self) if f.name != "workspace"
+        )
 
 
 def tag_metadata(tags: Sequence[str] | None) -> dict[str, Any]:

@@ -54,7 +54,9 @@ SEARCH_COLUMNS = tuple(
 )
 
 # Built once: building a statement (and its cache key) costs more than running it here.
-_BRIEFS = select(*SEARCH_COLUMNS).where(Decision.id.in_(bindparam("ids", expanding=True)))
+_BRIEFS = select(*SEARCH_COLUMNS).where(
+    Decision.id.in_(bindparam("ids", expanding=True)), Decision.workspace == bindparam("workspace")
+)
 _TAGS = (
     select(DecisionTag.decision_id, DecisionTag.tag)
     .where(DecisionTag.decision_id.in_(bindparam("ids", expanding=True)))
@@ -72,11 +74,13 @@ _REASONS = (
 )
 
 
-def load_briefs(conn: Connection, ids: Sequence[str]) -> dict[str, Brief]:
-    """SEARCH_COLUMNS of the rows with these ids (absent ids are left out); no tags yet."""
+def load_briefs(conn: Connection, ids: Sequence[str], workspace: str) -> dict[str, Brief]:
+    """SEARCH_COLUMNS of the rows of ``workspace`` with these ids (absent ids are left out);
+    no tags yet."""
     if not ids:
         return {}
-    return {row[0]: Brief(*row) for row in conn.execute(_BRIEFS, {"ids": list(ids)})}
+    params = {"ids": list(ids), "workspace": workspace}
+    return {row[0]: Brief(*row) for row in conn.execute(_BRIEFS, params)}
 
 
 def add_tags(conn: Connection, briefs: Sequence[Brief]) -> None:

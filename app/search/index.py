@@ -11,6 +11,13 @@
 - Chroma's upsert *merges* metadata (old keys survive); we send the old keys as None, which
   deletes them, so the new metadata replaces the old.
 
+Each workspace has a collection of its own (``collection_name``): a search looks only at its
+workspace's entries, and costs what its workspace's size makes it cost. (A ``where`` filter on
+a workspace key in one shared collection makes Chroma scan the metadata of every entry first,
+which grows with the whole index: docs/performance-history.md, "Workspaces", has the
+figures.) Workspace ``default``'s collection keeps the name it always had, so an index built
+before workspaces existed needs no rebuild.
+
 This module is the facade; connection management (lazy connect, reconnect, the
 metadata-replacing upsert) lives in ``app.search.chroma``, building a client (timeouts,
 collection settings) in ``app.search.chroma_client``, whether the index is failing in
@@ -32,6 +39,7 @@ from chromadb.api.client import Client
 from chromadb.api.models.Collection import Collection
 from chromadb.api.types import Include
 
+from app.db.base import DEFAULT_WORKSPACE
 from app.search.batching import MAX_FLUSH_ENTRIES, WriteBatcher
 from app.search.chroma import ChromaCollection, replace
 from app.search.chroma_client import (
@@ -48,6 +56,15 @@ __all__ = ["Hit", "IndexEntry", "IndexStats", "IndexUnavailable", "VectorIndex",
 
 T = TypeVar("T")
 
+WORKSPACE_INFIX = "-ws-"
+
+
+def collection_name(base: str, workspace: str) -> str:
+    """The collection of ``workspace``'s entries in the index whose own collection is
+    ``base``: ``base`` itself for workspace ``default``, ``<base>-ws-<workspace>`` else (a
+    workspace id is ``[a-z0-9][a-z0-9-]*``, which Chroma's names allow)."""
+    return base if workspace == DEFAULT_WORKSPACE else f"{base}{WORKSPACE_INFIX}{workspace}"
+
 
 def clean_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
     """Drop what Chroma rejects (None, empty lists); turn tuples into lists."""
@@ -62,7 +79,9 @@ def clean_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class VectorIndex:
-    """Async facade over one Chroma collection; safe to use from many coroutines at once."""
+    """Async facade over one Chroma collection per workspace (``collection_name``); safe to
+    use from many coroutines at once. Every read names its workspace; an entry carries its
+    own."""
 
     def __init__(
         self,
@@ -78,6 +97,8 @@ class VectorIndex:
         self._chroma = ChromaCollection(
             connect, collection, remote=remote, embedder=embedder, stats=self.stats
         )
+        # the other workspaces' collections, made when first used (same Chroma, same health)
+        self._others: dict[str, ChromaCollection] = {}
         self._batcher = WriteBatcher(embedder, self._flush, self.stats)
         self._health = Health(self.stats, self.ping)
 
@@ -158,8 +179,26 @@ class VectorIndex:
         """Ping a failing index in the background (app.search.health)."""
         self._health.recheck()
 
-    async def _op(self, op: Callable[[Collection], T]) -> T:
-        return await self._health.call(lambda: self._chroma.run(op))
+    def _collection(self, workspace: str) -> ChromaCollection:
+        if workspace == DEFAULT_WORKSPACE:
+            return self._chroma
+        found = self._others.get(workspace)
+        if found is None:
+            found = self._others.setdefault(
+                workspace,
+                ChromaCollection(
+                    self._chroma.connect,
+                    collection_name(self._chroma.name, workspace),
+                    remote=self._chroma.remote,
+                    embedder=self._embedder,
+                    stats=self.stats,
+                ),
+            )
+        return found
+
+    async def _op(self, op: Callable[[Collection], T], workspace: str = DEFAULT_WORKSPACE) -> T:
+        chroma = self._collection(workspace)
+        return await self._health.call(lambda: chroma.run(op))
 
     # ---- writes (group commit in app.search.batching) ----
 
@@ -181,30 +220,36 @@ class VectorIndex:
         return await self._health.call(lambda: self._write(entries))
 
     def _write(self, entries: list[IndexEntry]) -> int:
-        """One flush, in a worker thread: one embedding batch, one Chroma call per chunk."""
+        """One flush, in a worker thread: one embedding batch, one Chroma call per chunk of
+        each workspace's entries."""
         latest: dict[str, IndexEntry] = {}
         for entry in entries:  # duplicate ids in one flush: the last one wins
             latest.pop(entry.id, None)
             latest[entry.id] = entry
         items = list(latest.values())
-        ids = [item.id for item in items]
-        documents = [item.document for item in items]
-        metadatas = [clean_metadata(item.metadata) for item in items]
-        vectors = self._batcher.vectors_for(documents)
-        for start in range(0, len(items), MAX_FLUSH_ENTRIES):
-            chunk = slice(start, start + MAX_FLUSH_ENTRIES)
-            self._chroma.run(
-                functools.partial(
-                    replace, ids=ids[chunk], vectors=vectors[chunk], metadatas=metadatas[chunk]
+        vectors = self._batcher.vectors_for([item.document for item in items])
+        by_workspace: dict[str, list[int]] = {}
+        for n, item in enumerate(items):
+            by_workspace.setdefault(item.workspace, []).append(n)
+        for workspace, positions in by_workspace.items():
+            chroma = self._collection(workspace)
+            for start in range(0, len(positions), MAX_FLUSH_ENTRIES):
+                chunk = positions[start : start + MAX_FLUSH_ENTRIES]
+                chroma.run(
+                    functools.partial(
+                        replace,
+                        ids=[items[n].id for n in chunk],
+                        vectors=[vectors[n] for n in chunk],
+                        metadatas=[clean_metadata(items[n].metadata) for n in chunk],
+                    )
                 )
-            )
         return len(items)
 
-    async def delete(self, ids: Sequence[str]) -> None:
-        """Remove ``ids`` (unknown ids are ignored)."""
+    async def delete(self, ids: Sequence[str], *, workspace: str) -> None:
+        """Remove ``ids`` from ``workspace``'s entries (unknown ids are ignored)."""
         wanted = list(dict.fromkeys(ids))
         if wanted:
-            await self._op(lambda c: c.delete(ids=wanted))
+            await self._op(lambda c: c.delete(ids=wanted), workspace)
 
     # ---- reads ----
 
@@ -219,15 +264,17 @@ class VectorIndex:
         return await self._health.call(lambda: self._embed_one(text), reaches_chroma=False)
 
     async def query(
-        self, text: str, *, where: dict[str, Any] | None = None, limit: int = 10
+        self, text: str, *, workspace: str, where: dict[str, Any] | None = None, limit: int = 10
     ) -> list[Hit]:
-        """Nearest ``limit`` documents to ``text`` that satisfy ``where``, nearest first."""
-        return (await self.query_text(text, where=where, limit=limit))[1]
+        """Nearest ``limit`` documents of ``workspace`` to ``text`` that satisfy ``where``,
+        nearest first."""
+        return (await self.query_text(text, workspace=workspace, where=where, limit=limit))[1]
 
     async def query_text(
         self,
         text: str,
         *,
+        workspace: str,
         where: dict[str, Any] | None = None,
         limit: int = 10,
         metadata: bool = True,
@@ -235,11 +282,13 @@ class VectorIndex:
         """Embed ``text`` and query with it in one trip to a worker thread; returns the
         vector too, so a caller can query again without embedding again."""
 
+        chroma = self._collection(workspace)
+
         def work() -> tuple[list[float], list[Hit]]:
             vector = self._embed_one(text)
             if limit < 1:
                 return vector, []
-            return vector, self._chroma.run(self._query_op(vector, where, limit, metadata))
+            return vector, chroma.run(self._query_op(vector, where, limit, metadata))
 
         vector, hits = await self._health.call(work)
         self.stats.queries += 1
@@ -249,6 +298,7 @@ class VectorIndex:
         self,
         vector: Sequence[float],
         *,
+        workspace: str,
         where: dict[str, Any] | None = None,
         limit: int = 10,
         metadata: bool = True,
@@ -258,7 +308,7 @@ class VectorIndex:
         faster."""
         if limit < 1:
             return []
-        hits = await self._op(self._query_op(list(vector), where, limit, metadata))
+        hits = await self._op(self._query_op(list(vector), where, limit, metadata), workspace)
         self.stats.queries += 1
         return hits
 
@@ -281,8 +331,11 @@ class VectorIndex:
 
         return op
 
-    async def distances(self, vector: Sequence[float], ids: Sequence[str]) -> dict[str, float]:
-        """The cosine distance from ``vector`` to each of ``ids`` that is indexed (computed
+    async def distances(
+        self, vector: Sequence[float], ids: Sequence[str], *, workspace: str
+    ) -> dict[str, float]:
+        """The cosine distance from ``vector`` to each of ``ids`` that ``workspace``'s
+        collection holds (computed
         from their stored vectors: Chroma's own query restricted to ids fails on an id it
         does not hold, and costs several times more)."""
         wanted = list(dict.fromkeys(ids))
@@ -300,10 +353,13 @@ class VectorIndex:
             cosine = (stored @ query) / np.where(norms == 0.0, 1.0, norms)
             return {i: float(1.0 - value) for i, value in zip(found, cosine, strict=True)}
 
-        return await self._op(op)
+        return await self._op(op, workspace)
 
-    async def get_metadata(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """Stored metadata by id; ids that are not indexed are absent from the result."""
+    async def get_metadata(
+        self, ids: Sequence[str], *, workspace: str
+    ) -> dict[str, dict[str, Any]]:
+        """Stored metadata by id in ``workspace``'s collection; ids that are not indexed there
+        are absent from the result."""
         wanted = list(dict.fromkeys(ids))
         if not wanted:
             return {}
@@ -314,11 +370,11 @@ class VectorIndex:
             metadatas: Sequence[Mapping[str, Any] | None] = res["metadatas"] or [None] * len(found)
             return {i: dict(m or {}) for i, m in zip(found, metadatas, strict=True)}
 
-        return await self._op(op)
+        return await self._op(op, workspace)
 
-    async def count(self) -> int:
-        """Number of indexed documents."""
-        return await self._op(lambda c: c.count())
+    async def count(self, workspace: str = DEFAULT_WORKSPACE) -> int:
+        """Number of documents indexed for ``workspace``."""
+        return await self._op(lambda c: c.count(), workspace)
 
     async def ping(self) -> None:
         """Readiness check: raises IndexUnavailable unless the collection answers."""
@@ -333,5 +389,7 @@ class VectorIndex:
         self.close()
 
     def close(self) -> None:
-        """Release the client; later calls raise IndexUnavailable. Await pending upserts first."""
-        self._chroma.close()
+        """Release the clients; later calls raise IndexUnavailable. Await pending upserts
+        first."""
+        for chroma in (self._chroma, *self._others.values()):
+            chroma.close()

@@ -48,7 +48,9 @@ async def probe(
     nearest-neighbour search itself, and SQL has the last word on every filter anyway."""
     wanted = limit + OVERFETCH
     first = wanted if filters.is_empty() else wanted * PROBE
-    return await ctx.services.index.query_text(text, limit=first, metadata=False)
+    return await ctx.services.index.query_text(
+        text, workspace=filters.workspace, limit=first, metadata=False
+    )
 
 
 async def nearest(
@@ -69,7 +71,7 @@ async def nearest(
         found = await _verified(ctx, hits, filters, limit, tags, reasons)
         if len(found) == limit or len(hits) < wanted * PROBE:
             return found
-        hits, complete = await wider(ctx, vector, wanted * PROBE)
+        hits, complete = await wider(ctx, vector, wanted * PROBE, filters.workspace)
         if not complete:
             found = await _verified(ctx, hits, filters, limit, tags, reasons)
             if len(found) == limit:
@@ -87,11 +89,15 @@ async def nearest(
 # figures.
 
 
-async def wider(ctx: CallContext, vector: list[float], probed: int) -> tuple[list[Hit], bool]:
-    """The ``WIDEN`` x ``probed`` nearest, unfiltered, and whether they are the whole
-    collection (then every match is among them)."""
+async def wider(
+    ctx: CallContext, vector: list[float], probed: int, workspace: str
+) -> tuple[list[Hit], bool]:
+    """The ``WIDEN`` x ``probed`` nearest of ``workspace``, unfiltered otherwise, and whether
+    they are its whole collection (then every match is among them)."""
     asked = probed * WIDEN
-    hits = await ctx.services.index.query_vector(vector, limit=asked, metadata=False)
+    hits = await ctx.services.index.query_vector(
+        vector, workspace=workspace, limit=asked, metadata=False
+    )
     return hits, len(hits) < asked
 
 
@@ -108,9 +114,13 @@ async def by_filter(
     )
     if len(ids) > EXACT_AT_MOST:
         return await index.query_vector(
-            vector, where=to_where(filters), limit=limit, metadata=False
+            vector,
+            workspace=filters.workspace,
+            where=to_where(filters),
+            limit=limit,
+            metadata=False,
         )
-    known = await index.distances(vector, ids)
+    known = await index.distances(vector, ids, workspace=filters.workspace)
     ranked = sorted(known.items(), key=lambda item: (item[1], item[0]))[:limit]
     return [Hit(i, max(0.0, distance), {}) for i, distance in ranked]
 
@@ -155,7 +165,7 @@ def _read_verified(
     while start < len(hits) and len(found) < limit:
         batch = hits[start : start + chunk]
         start, chunk = start + chunk, chunk * 2
-        rows = repository.load_briefs(conn, [h.id for h in batch])
+        rows = repository.load_briefs(conn, [h.id for h in batch], filters.workspace)
         if filters.tags:
             repository.add_tags(conn, list(rows.values()))
         for hit in batch:

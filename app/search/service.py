@@ -72,10 +72,13 @@ def _as_tuple(value: str | Sequence[str] | None) -> tuple[str, ...] | None:
     return (value,) if isinstance(value, str) else tuple(value)
 
 
-def to_filters(f: QueryFiltersIn | None, *, category: str | None = None) -> SearchFilters:
+def to_filters(
+    f: QueryFiltersIn | None, *, workspace: str, category: str | None = None
+) -> SearchFilters:
     if f is None:
-        return SearchFilters(category=category)
+        return SearchFilters(category=category, workspace=workspace)
     return SearchFilters(
+        workspace=workspace,
         category=f.category if f.category is not None else category,
         stakes=_as_tuple(f.stakes),
         status=_as_tuple(f.status),
@@ -181,7 +184,7 @@ async def _find(
         )
         if distances and found:
             vector = await ctx.services.index.embed_query(text)
-            found = await _with_distances(ctx, vector, found)
+            found = await _with_distances(ctx, vector, found, filters.workspace)
         return found
     if mode == "semantic":
         vector, hits = await semantic.probe(ctx, text, filters, limit)
@@ -189,13 +192,16 @@ async def _find(
     return await _hybrid(ctx, text, filters, limit, tags, reasons, distances)
 
 
-async def _with_distances(ctx: CallContext, vector: list[float], found: list[Match]) -> list[Match]:
-    """``found`` with the distance of each result that has none, from its stored vector;
-    left None for a decision the index does not hold. Raises IndexUnavailable."""
+async def _with_distances(
+    ctx: CallContext, vector: list[float], found: list[Match], workspace: str
+) -> list[Match]:
+    """``found`` (of ``workspace``) with the distance of each result that has none, from its
+    stored vector; left None for a decision the index does not hold. Raises
+    IndexUnavailable."""
     missing = [m.decision.id for m in found if m.distance is None]
     if not missing:
         return found
-    known = await ctx.services.index.distances(vector, missing)
+    known = await ctx.services.index.distances(vector, missing, workspace=workspace)
     return [
         m
         if m.distance is not None or m.decision.id not in known
@@ -245,7 +251,9 @@ async def _hybrid(
     filtered = not filters.is_empty()
     first = (limit + semantic.OVERFETCH) * semantic.PROBE if filtered else depth
     index, db = ctx.services.index, ctx.services.db
-    probe = asyncio.ensure_future(index.query_text(text, limit=first, metadata=False))
+    probe = asyncio.ensure_future(
+        index.query_text(text, workspace=filters.workspace, limit=first, metadata=False)
+    )
     await asyncio.sleep(0)  # the probe reaches its worker thread before the read below
     try:
         by_words = await db.read(
@@ -271,7 +279,7 @@ async def _hybrid(
         session=ctx.open_session,
     )
     if found is None:  # too few matches among the probe's hits: look further, as nearest
-        hits, complete = await semantic.wider(ctx, vector, first)
+        hits, complete = await semantic.wider(ctx, vector, first, filters.workspace)
         found = await db.read(
             functools.partial(merge, hits=hits, enough=complete), session=ctx.open_session
         )
@@ -282,7 +290,7 @@ async def _hybrid(
         )
     assert found is not None  # enough=True always merges
     if distances:
-        found = await _with_distances(ctx, vector, found)
+        found = await _with_distances(ctx, vector, found, filters.workspace)
     return found
 
 
@@ -333,7 +341,7 @@ def summary(found: Match, *, include_reasons: bool) -> FoundDecision:
 
 async def query_decisions(ctx: CallContext, p: QueryDecisionsParams) -> QueryDecisionsResult:
     started = time.perf_counter()
-    filters = to_filters(p.filters)
+    filters = to_filters(p.filters, workspace=ctx.workspace)
     mode: Mode = p.retrieval_mode or default_mode(ctx)
     found = await find(ctx, p.query, filters, p.limit, reasons=p.include_reasons, mode=mode)
     return QueryDecisionsResult(

@@ -198,7 +198,7 @@ async def test_seed_example_is_recorded_exported_and_findable_at_once(
     }
     assert doc["recorded_by"] == "alice"
 
-    hits = await services.index.query(PARAPHRASE, where=None, limit=5)
+    hits = await services.index.query(PARAPHRASE, where=None, limit=5, workspace="default")
     assert hits[0].id == result["id"]
     assert len(hits) == 5
 
@@ -771,7 +771,7 @@ async def test_index_outage_is_healed_by_the_relay_without_help(
             return count == 4 and statuses == {"done"}, (count, statuses)
 
         await poll_until(healed, 40, "index complete and outbox done", interval=0.25)
-        hits = await services.index.query(UNRELATED[2], where=None, limit=1)
+        hits = await services.index.query(UNRELATED[2], where=None, limit=1, workspace="default")
         assert hits[0].id == later[2]["id"]
 
 

@@ -157,7 +157,7 @@ async def sql_state(services: Services) -> tuple[list[str], list[tuple[str, str,
 async def indexed_ids(index: VectorIndex, ids: list[str], chunk: int = 100) -> set[str]:
     found: set[str] = set()
     for start in range(0, len(ids), chunk):
-        found |= set(await index.get_metadata(ids[start : start + chunk]))
+        found |= set(await index.get_metadata(ids[start : start + chunk], workspace="default"))
     return found
 
 
@@ -561,7 +561,7 @@ async def _insert_due_events(services: Services, count: int) -> list[str]:
                 recorded_by="alice",
             )
             session.add(decision)
-            relay.enqueue(session, decision.id)
+            relay.enqueue(session, decision.id, "default")
             ids.append(decision.id)
         await session.flush()
         await session.execute(update(OutboxEvent).values(available_at=now - timedelta(seconds=1)))
@@ -596,7 +596,7 @@ async def test_a_late_inline_pass_leaves_events_another_relay_claimed_alone(
                     tags=[],
                 )
                 session.add(decisions[key])
-                events[key] = services.relay.enqueue(session, decisions[key].id)
+                events[key] = services.relay.enqueue(session, decisions[key].id, "default")
         clock["now"] += timedelta(seconds=31)  # the lease has run out ...
         claimed_until = clock["now"] + timedelta(seconds=30)
         async with services.db.transaction(write=True) as session:  # ... and a relay took it

@@ -75,7 +75,7 @@ class Spy:
 
 async def exact_nearest(services: Any, ids: list[str]) -> list[str]:
     vector = await services.index.embed_query(QUERY)
-    known = await services.index.distances(vector, ids)
+    known = await services.index.distances(vector, ids, workspace="default")
     return [i for i, _ in sorted(known.items(), key=lambda item: (item[1], item[0]))]
 
 

@@ -108,18 +108,20 @@ async def vector(index: VectorIndex) -> list[float]:
 
 
 async def found(index: VectorIndex, vector: list[float], f: SearchFilters) -> set[str]:
-    hits = await index.query_vector(vector, where=to_where(f), limit=100)
+    hits = await index.query_vector(vector, where=to_where(f), limit=100, workspace="default")
     assert all(matches(f, h.metadata) for h in hits)
     return {h.id for h in hits}
 
 
 @pytest.mark.parametrize(("name", "value"), CANDIDATES, ids=[f"{n}={v}" for n, v in CANDIDATES])
 async def test_each_filter_alone(index: VectorIndex, name: str, value: Any) -> None:
-    f = SearchFilters(**{name: value})
+    f = SearchFilters(workspace="default", **{name: value})
     want = expected(f)
     assert want, "choose a value that matches something"
     assert want != set(METADATA) or name == "status"
-    hits = await index.query("a decision about the system", where=to_where(f), limit=100)
+    hits = await index.query(
+        "a decision about the system", where=to_where(f), limit=100, workspace="default"
+    )
     assert {h.id for h in hits} == want
 
 
@@ -128,7 +130,7 @@ async def test_every_pair_of_filters(index: VectorIndex, vector: list[float]) ->
     for (n1, v1), (n2, v2) in itertools.combinations(CANDIDATES, 2):
         if n1 == n2:
             continue
-        f = SearchFilters(**{n1: v1, n2: v2})
+        f = SearchFilters(workspace="default", **{n1: v1, n2: v2})
         want = expected(f)
         non_empty += bool(want)
         assert await found(index, vector, f) == want, f
@@ -139,7 +141,7 @@ async def test_random_combinations(index: VectorIndex, vector: list[float]) -> N
     rng = random.Random(7)
     for _ in range(60):
         chosen = dict(rng.sample(CANDIDATES, rng.randrange(3, 7)))
-        f = SearchFilters(**chosen)
+        f = SearchFilters(workspace="default", **chosen)
         assert await found(index, vector, f) == expected(f), f
 
 
@@ -147,33 +149,38 @@ async def test_boundaries_are_inclusive_and_exclusive(
     index: VectorIndex, vector: list[float]
 ) -> None:
     at_20 = {i for i, md in METADATA.items() if md["created_at"] == CREATED[20]}
-    window = SearchFilters(date_after=AFTER, date_before=BEFORE)
+    window = SearchFilters(workspace="default", date_after=AFTER, date_before=BEFORE)
     got = await found(index, vector, window)
     assert at_20 <= got and len(got) == 20  # [20, 40): start included, end excluded
-    exact = SearchFilters(min_confidence=0.75, max_confidence=0.75)
+    exact = SearchFilters(workspace="default", min_confidence=0.75, max_confidence=0.75)
     assert await found(index, vector, exact) == expected(exact) != set()
-    zero = SearchFilters(max_confidence=0.0)
+    zero = SearchFilters(workspace="default", max_confidence=0.0)
     assert all(METADATA[i]["confidence"] == 0.0 for i in await found(index, vector, zero))
     naive = replace(
         window, date_after=AFTER.replace(tzinfo=None), date_before=BEFORE.replace(tzinfo=None)
     )
     assert await found(index, vector, naive) == got  # naive datetimes are UTC
-    inverted = SearchFilters(min_confidence=0.9, max_confidence=0.1)
+    inverted = SearchFilters(workspace="default", min_confidence=0.9, max_confidence=0.1)
     assert await found(index, vector, inverted) == set()
 
 
 def test_where_shapes() -> None:
-    assert to_where(SearchFilters()) is None
-    assert to_where(SearchFilters(stakes=(), tags=())) is None
-    assert SearchFilters(status=()).is_empty() and not SearchFilters(pr=0).is_empty()
-    assert to_where(SearchFilters(category="process")) == {"category": {"$eq": "process"}}
-    assert to_where(SearchFilters(stakes=("low", "high", "low"))) == {
+    assert to_where(SearchFilters(workspace="default")) is None
+    assert to_where(SearchFilters(workspace="default", stakes=(), tags=())) is None
+    assert (
+        SearchFilters(workspace="default", status=()).is_empty()
+        and not SearchFilters(workspace="default", pr=0).is_empty()
+    )
+    assert to_where(SearchFilters(workspace="default", category="process")) == {
+        "category": {"$eq": "process"}
+    }
+    assert to_where(SearchFilters(workspace="default", stakes=("low", "high", "low"))) == {
         "stakes": {"$in": ["low", "high"]}
     }
-    assert to_where(SearchFilters(tags=("a", "b"))) == {
+    assert to_where(SearchFilters(workspace="default", tags=("a", "b"))) == {
         "$and": [{"tags": {"$contains": "a"}}, {"tags": {"$contains": "b"}}]
     }
-    where = to_where(SearchFilters(min_confidence=0, has_outcome=False, pr=2))
+    where = to_where(SearchFilters(workspace="default", min_confidence=0, has_outcome=False, pr=2))
     assert where == {
         "$and": [{"confidence": {"$gte": 0.0}}, {"pr": {"$eq": 2}}, {"has_outcome": {"$eq": False}}]
     }
@@ -187,11 +194,13 @@ def test_tag_metadata() -> None:
 
 def test_matches_is_strict_about_missing_keys_and_types() -> None:
     md = {"confidence": 1.0, "has_outcome": False, "pr": 1, "tags": ["x"]}
-    assert matches(SearchFilters(), {})
-    assert not matches(SearchFilters(project="alpha"), md)
-    assert not matches(SearchFilters(has_outcome=True), md)
-    assert matches(SearchFilters(has_outcome=False, pr=1, max_confidence=1.0), md)
-    assert not matches(SearchFilters(pr=1), {"pr": True})
-    assert not matches(SearchFilters(min_confidence=0.0), {"confidence": None})
-    assert not matches(SearchFilters(tags=("x", "y")), md)
-    assert not matches(SearchFilters(date_after=START), {})
+    assert matches(SearchFilters(workspace="default"), {})
+    assert not matches(SearchFilters(workspace="default", project="alpha"), md)
+    assert not matches(SearchFilters(workspace="default", has_outcome=True), md)
+    assert matches(
+        SearchFilters(workspace="default", has_outcome=False, pr=1, max_confidence=1.0), md
+    )
+    assert not matches(SearchFilters(workspace="default", pr=1), {"pr": True})
+    assert not matches(SearchFilters(workspace="default", min_confidence=0.0), {"confidence": None})
+    assert not matches(SearchFilters(workspace="default", tags=("x", "y")), md)
+    assert not matches(SearchFilters(workspace="default", date_after=START), {})

@@ -228,7 +228,7 @@ async def test_an_index_that_never_answers_costs_announcements_no_wait(
     assert len(stored) == 6
     with pytest.raises(RuntimeError, match="cannot downgrade below revision 0011"):
         await migrate.downgrade(database_url, "0010")
-    assert await migrate.current(database_url) == "0011"
+    assert await migrate.current(database_url) == migrate.head_revision()  # nothing undone
     assert await migrate.drift(database_url) == []
     await verify_chain(database_url)
     # the chain covers the flag: a row made to look searched by meaning is caught

@@ -528,7 +528,9 @@ async def test_reindex_rebuilds_and_the_live_index_keeps_answering(
         ids.append(
             (await rpc.ok("cstp.recordDecision", dict(seed_decision, decision=sentence)))["id"]
         )
-    await services.index.delete([ids[0]])  # the index lost an entry: derived data drifted
+    await services.index.delete(
+        [ids[0]], workspace="default"
+    )  # the index lost an entry: derived data drifted
     by_meaning = {"query": "roll out the login service", "retrievalMode": "semantic"}
     before = await rpc.ok("cstp.queryDecisions", by_meaning)
     assert ids[0] not in [d["id"] for d in before["decisions"]]
@@ -630,7 +632,7 @@ async def test_drain_include_leased_carries_out_every_leased_event(services: Any
                     recorded_by="alice",
                 )
             )
-            services.relay.enqueue(session, f"{n:08x}")  # leased, as for an inline pass
+            services.relay.enqueue(session, f"{n:08x}", "default")  # leased, as for an inline pass
     assert (await services.relay.drain()).done == 0  # a lease is respected by default
     stats = await services.relay.drain(include_leased=True)
     assert (stats.done, stats.failed) == (300, 0)

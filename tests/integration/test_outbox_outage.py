@@ -229,7 +229,7 @@ async def test_a_decision_nested_too_deeply_is_dead_with_its_reason_and_the_rest
         await session.execute(
             update(Decision).where(Decision.id == bad).values(affected_kpis=deep(400))
         )
-        services.relay.enqueue(session, bad, [EventKind.EXPORT], leased=False)
+        services.relay.enqueue(session, bad, "default", [EventKind.EXPORT], leased=False)
     services.relay.wakeup.set()
 
     async def buried() -> tuple[bool, Any]:
@@ -304,7 +304,7 @@ def _cli() -> Any:
 
 async def test_an_event_whose_decision_is_gone_is_dead_at_once(services: Any) -> None:
     async with services.db.transaction(write=True) as session:
-        services.relay.enqueue(session, "0badc0de", list(EventKind), leased=False)
+        services.relay.enqueue(session, "0badc0de", "default", list(EventKind), leased=False)
     stats = await services.relay.drain()
     assert (stats.failed, stats.dead) == (2, 2)
     events = await events_of(services, ["0badc0de"])

@@ -228,17 +228,19 @@ async def test_memory_limiter_refills_at_the_budget_rate() -> None:
     now = [1000.0]
     limiter = MemoryRateLimiter(parse_rate_limits("default=3/60"), clock=lambda: now[0])
     for _ in range(3):
-        await limiter.check("a", "m")
+        await limiter.check("default", "a", "m")
     with pytest.raises(CstpError) as info:
-        await limiter.check("a", "m")
+        await limiter.check("default", "a", "m")
     assert info.value.code == -32002 and info.value.data == {"retryAfterMs": 20000}
     now[0] += 5
     with pytest.raises(CstpError) as info:
-        await limiter.check("a", "m")
+        await limiter.check("default", "a", "m")
     assert info.value.data == {"retryAfterMs": 15000}
     now[0] += 15
-    await limiter.check("a", "m")  # one token came back after 60/3 seconds
-    await limiter.check("b", "m")  # another agent: a full bucket
+    await limiter.check("default", "a", "m")  # one token came back after 60/3 seconds
+    await limiter.check("default", "b", "m")  # another agent: a full bucket
+    for _ in range(3):  # the same agent's name in another workspace: a budget of its own
+        await limiter.check("team-b", "a", "m")
 
 
 async def test_redis_limiter_is_atomic_across_tasks_and_connections() -> None:
@@ -249,7 +251,7 @@ async def test_redis_limiter_is_atomic_across_tasks_and_connections() -> None:
 
     async def attempt(n: int) -> int:
         try:
-            await limiters[n % 3].check("agent", "cstp.checkGuardrails")
+            await limiters[n % 3].check("default", "agent", "cstp.checkGuardrails")
         except CstpError as exc:
             assert exc.code == -32002
             retry = exc.data["retryAfterMs"]
@@ -260,8 +262,8 @@ async def test_redis_limiter_is_atomic_across_tasks_and_connections() -> None:
     try:
         outcomes = await asyncio.gather(*(attempt(n) for n in range(60)))
         assert sum(outcomes) == 10
-        await limiters[0].check("agent", "other.method")  # its own bucket
-        await limiters[1].check("other-agent", "cstp.checkGuardrails")
+        await limiters[0].check("default", "agent", "other.method")  # its own bucket
+        await limiters[1].check("default", "other-agent", "cstp.checkGuardrails")
     finally:
         for limiter in limiters:
             await limiter.close()

@@ -115,7 +115,9 @@ async def test_a_clock_set_back_between_two_reviews_leaves_the_second_the_latest
         assert [h["notes"] for h in decision["reviews"]] == ["first", "second"]  # as made
         assert shown(decision) == last_of_history(decision) == expected
         assert in_file(yaml_of(settings, recorded["path"])) == expected
-        metadata = await app.state.services.index.get_metadata([recorded["id"]])
+        metadata = await app.state.services.index.get_metadata(
+            [recorded["id"]], workspace="default"
+        )
         assert metadata[recorded["id"]]["outcome"] == "failure"
     assert await review_problems(settings) == []
 
@@ -156,7 +158,7 @@ async def test_a_late_pass_holding_an_older_row_leaves_the_latest_file_and_entry
             "second",
             iso(T0 + timedelta(days=2) + JUST_AFTER),
         )
-        metadata = await services.index.get_metadata([recorded["id"]])
+        metadata = await services.index.get_metadata([recorded["id"]], workspace="default")
         assert metadata[recorded["id"]]["outcome"] == "failure"
 
 

@@ -41,7 +41,9 @@ def entry(i: str, text: str, **metadata: object) -> IndexEntry:
 async def test_paraphrase_ranks_the_deploy_decision_first(index: VectorIndex) -> None:
     texts = [DEPLOY, *UNRELATED]
     await index.upsert([entry(f"d{n}", t) for n, t in enumerate(texts)])
-    hits = await index.query("roll out the login service", where=None, limit=10)
+    hits = await index.query(
+        "roll out the login service", where=None, limit=10, workspace="default"
+    )
     assert hits[0].id == "d0"
     assert 0.0 < hits[0].distance < 1.0
     assert [h.distance for h in hits] == sorted(h.distance for h in hits)
@@ -52,11 +54,14 @@ async def test_upsert_is_idempotent_and_new_metadata_replaces_old(index: VectorI
     await index.upsert([entry("a", DEPLOY, status="pending", tags=["x", "y"], pr=7)])
     await index.upsert([entry("a", DEPLOY, status="reviewed", tags=[], pr=None, outcome="ok")])
     assert await index.count() == 1
-    meta = await index.get_metadata(["a", "missing"])
+    meta = await index.get_metadata(["a", "missing"], workspace="default")
     assert meta == {"a": {"title": DEPLOY, "status": "reviewed", "outcome": "ok"}}
     # the dropped keys are really gone from the filterable metadata, not just hidden
-    assert await index.query(DEPLOY, where={"tags": {"$contains": "x"}}, limit=5) == []
-    assert await index.query(DEPLOY, where={"pr": {"$eq": 7}}, limit=5) == []
+    assert (
+        await index.query(DEPLOY, where={"tags": {"$contains": "x"}}, limit=5, workspace="default")
+        == []
+    )
+    assert await index.query(DEPLOY, where={"pr": {"$eq": 7}}, limit=5, workspace="default") == []
 
 
 async def test_concurrent_upserts_are_coalesced(index: VectorIndex) -> None:
@@ -75,13 +80,16 @@ async def test_duplicate_ids_in_one_flush_last_wins(index: VectorIndex) -> None:
     )
     assert index.stats.flushes == 1
     assert await index.count() == 1
-    assert (await index.get_metadata(["dup"]))["dup"]["v"] == 3
+    assert (await index.get_metadata(["dup"], workspace="default"))["dup"]["v"] == 3
 
 
 async def test_queries_run_while_writes_are_flushing(index: VectorIndex) -> None:
     await index.upsert([entry("d0", DEPLOY)])
     writes = [index.upsert([entry(f"w{n}", f"{UNRELATED[n % 4]} v{n}")]) for n in range(20)]
-    reads = [index.query("roll out the login service", where=None, limit=3) for _ in range(10)]
+    reads = [
+        index.query("roll out the login service", where=None, limit=3, workspace="default")
+        for _ in range(10)
+    ]
     results = await asyncio.gather(*writes, *reads)
     for hits in results[20:]:
         assert hits and hits[0].id == "d0"
@@ -89,11 +97,19 @@ async def test_queries_run_while_writes_are_flushing(index: VectorIndex) -> None
 
 
 async def test_where_matching_nothing_and_empty_collection(index: VectorIndex) -> None:
-    assert await index.query(DEPLOY, where=None, limit=5) == []
+    assert await index.query(DEPLOY, where=None, limit=5, workspace="default") == []
     await index.upsert([entry("a", DEPLOY, category="architecture")])
-    assert await index.query(DEPLOY, where={"category": {"$eq": "process"}}, limit=5) == []
+    assert (
+        await index.query(
+            DEPLOY, where={"category": {"$eq": "process"}}, limit=5, workspace="default"
+        )
+        == []
+    )
     assert [
-        h.id for h in await index.query(DEPLOY, where={"category": "architecture"}, limit=5)
+        h.id
+        for h in await index.query(
+            DEPLOY, where={"category": "architecture"}, limit=5, workspace="default"
+        )
     ] == ["a"]
 
 
@@ -137,8 +153,8 @@ async def test_index_persists_every_hundred_writes_even_for_an_older_collection(
 async def test_delete_and_closed_index(tmp_path: Path, embedder: Embedder) -> None:
     idx = VectorIndex.embedded(tmp_path / "c", embedder)
     await idx.upsert([entry("a", DEPLOY), entry("b", UNRELATED[0])])
-    await idx.delete(["a", "unknown"])
-    await idx.delete([])
+    await idx.delete(["a", "unknown"], workspace="default")
+    await idx.delete([], workspace="default")
     assert await idx.count() == 1
     await idx.ping()
     idx.close()
@@ -174,12 +190,16 @@ async def test_http_index_survives_server_outages(
         await index.upsert(
             [entry("d0", DEPLOY), *(entry(f"u{n}", t) for n, t in enumerate(UNRELATED))]
         )
-        hits = await index.query("roll out the login service", where=None, limit=3)
+        hits = await index.query(
+            "roll out the login service", where=None, limit=3, workspace="default"
+        )
         assert hits[0].id == "d0" and 0.0 < hits[0].distance < 1.0
 
         chroma_server.stop()
         await assert_unavailable_fast(lambda: index.upsert([entry("d1", "Use Redis for caching")]))
-        await assert_unavailable_fast(lambda: index.query(DEPLOY, where=None, limit=3))
+        await assert_unavailable_fast(
+            lambda: index.query(DEPLOY, where=None, limit=3, workspace="default")
+        )
         await assert_unavailable_fast(index.ping)
         await assert_unavailable_fast(index.count)
 
@@ -187,7 +207,9 @@ async def test_http_index_survives_server_outages(
         await index.ping()
         await index.upsert([entry("d1", "Use Redis for caching")])
         assert await index.count() == 6
-        hits = await index.query("roll out the login service", where=None, limit=3)
+        hits = await index.query(
+            "roll out the login service", where=None, limit=3, workspace="default"
+        )
         assert hits[0].id == "d0"
         assert index.stats.failures >= 5
 
@@ -263,7 +285,7 @@ async def test_a_server_that_stalls_after_its_heartbeat_fails_the_calls_in_bound
         results = await asyncio.wait_for(
             asyncio.gather(
                 index.ping(),
-                index.query(DEPLOY, where=None, limit=3),
+                index.query(DEPLOY, where=None, limit=3, workspace="default"),
                 index.count(),
                 return_exceptions=True,
             ),
@@ -420,7 +442,7 @@ async def test_index_searches_with_ef_search_even_for_an_older_collection(
     fresh = VectorIndex.embedded(tmp_path / "fresh", embedder)
     try:
         await idx.upsert([entry("a", DEPLOY)])
-        assert [h.id for h in await idx.query(DEPLOY, limit=1)] == ["a"]
+        assert [h.id for h in await idx.query(DEPLOY, limit=1, workspace="default")] == ["a"]
         hnsw = client.get_collection("decisions").configuration["hnsw"]
         assert hnsw["ef_search"] == EF_SEARCH == 400
         await fresh.upsert([entry("b", DEPLOY)])
@@ -442,11 +464,13 @@ async def test_distances_are_the_cosine_distances_of_stored_vectors(
     try:
         await idx.upsert([entry("a", DEPLOY), entry("b", "Bake bread for the team party")])
         vector = await idx.embed_query("roll out the login service")
-        hits = {h.id: h.distance for h in await idx.query_vector(vector, limit=2)}
-        got = await idx.distances(vector, ["a", "b", "missing"])
+        hits = {
+            h.id: h.distance for h in await idx.query_vector(vector, limit=2, workspace="default")
+        }
+        got = await idx.distances(vector, ["a", "b", "missing"], workspace="default")
         assert set(got) == {"a", "b"}
         for key, distance in got.items():
             assert abs(distance - hits[key]) < 1e-5, (key, distance, hits[key])
-        assert await idx.distances(vector, []) == {}
+        assert await idx.distances(vector, [], workspace="default") == {}
     finally:
         await idx.aclose()

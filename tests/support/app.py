@@ -128,8 +128,12 @@ SEED_DECISION: dict[str, Any] = {
 }
 
 
-def add_token(client: AppClient, token: str, agent: str, role: str) -> str:
-    """Let ``token`` into ``client``'s app as ``agent`` with ``role``'s scopes (the
-    configuration's tokens are all role ``agent``); returns the token."""
-    client.app.state.tokens.add(token, Principal(agent, role=role, scopes=ROLES[role]))
+def add_token(
+    client: AppClient, token: str, agent: str, role: str, workspace: str = "default"
+) -> str:
+    """Let ``token`` into ``client``'s app as ``agent`` of ``workspace`` with ``role``'s
+    scopes (the configuration's tokens are all role ``agent`` in ``default``); returns the
+    token."""
+    principal = Principal(agent, workspace=workspace, role=role, scopes=ROLES[role])
+    client.app.state.tokens.add(token, principal)
     return token

@@ -45,7 +45,7 @@ def insert_entries(conn: Connection, rows: Rows) -> None:
     conn.execute(_INSERT, rows)
 
 
-_COLUMNS = ("seq", "table_name", "row_id", "digest", "prev_hash", "hash", "keyed")
+_COLUMNS = ("seq", "table_name", "row_id", "digest", "prev_hash", "hash", "keyed", "workspace")
 _SQLITE_INSERT = (
     f"INSERT INTO {CHAIN.name} ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
 )

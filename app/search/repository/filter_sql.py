@@ -53,13 +53,9 @@ def shape(f: SearchFilters) -> Shape:
     )
 
 
-def is_empty(s: Shape) -> bool:
-    """Whether a shape filters nothing."""
-    return all(part in (False, 0, None) for part in s)
-
-
 def values(f: SearchFilters) -> dict[str, Any]:
     values: dict[str, Any] = {
+        "f_workspace": f.workspace,
         "f_category": f.category,
         "f_stakes": _unique(f.stakes),
         "f_status": _unique(f.status),
@@ -109,7 +105,8 @@ def conditions(shape: Shape, *, by_id: bool = False) -> list[ColumnElement[bool]
     def c(column: InstrumentedAttribute[Any]) -> ColumnElement[Any]:
         return _unindexed(column) if by_id else column.expression
 
-    out: list[ColumnElement[bool]] = []
+    # every statement is of one workspace's decisions, whatever the shape
+    out: list[ColumnElement[bool]] = [c(d.workspace) == bindparam("f_workspace")]
     if category:
         out.append(c(d.category) == bindparam("f_category"))
     if stakes:

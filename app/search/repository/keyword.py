@@ -111,31 +111,14 @@ def _statement(dialect: str, shape: filter_sql.Shape) -> Select[Any]:
 
 
 def _sqlite_statement(shape: filter_sql.Shape) -> Select[Any]:
-    """Ranked by BM25 (ties in index order). Unfiltered, the best ``limit`` are taken from
-    the index before their rows are read; filtered, every match's row is checked first."""
+    """Ranked by BM25 (ties in index order). Every match's row is checked first, if only for
+    its workspace (the phrases kept match POSTINGS_BUDGET decisions at most)."""
     fts = table(fulltext.TABLE, column("rowid"))
     keys = table(fulltext.KEYS, column("id"), column("decision_id"))
     index: ColumnElement[Any] = literal_column(fulltext.TABLE)
     weights: list[ColumnElement[Any]] = [literal_column(repr(float(w))) for w in BM25_WEIGHTS]
     bm25 = func.bm25(index, *weights, type_=Float())
     match = index.op("MATCH")(bindparam("match"))
-    if filter_sql.is_empty(shape):
-        ranked = (
-            select(fts.c.rowid, bm25.label("rank"))
-            .where(match)
-            .order_by(bm25, fts.c.rowid)
-            .limit(bindparam("limit"))
-            .subquery("ranked")
-        )
-        return (
-            select(*SEARCH_COLUMNS, (-ranked.c.rank).label("score"))
-            .select_from(
-                ranked.join(keys, keys.c.id == ranked.c.rowid).join(
-                    Decision, Decision.id == keys.c.decision_id
-                )
-            )
-            .order_by(ranked.c.rank, ranked.c.rowid)
-        )
     return (
         select(*SEARCH_COLUMNS, (-bm25).label("score"))
         .select_from(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, func, or_, select
+from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.decisions import Decision
@@ -15,9 +15,23 @@ async def count_decisions(session: AsyncSession) -> int:
     return int(await session.scalar(select(func.count()).select_from(Decision)) or 0)
 
 
-def touched_since(started: datetime) -> ColumnElement[bool]:
-    """The decisions recorded or reviewed since ``started`` (for ``ids_after``)."""
-    return or_(Decision.created_at >= started, Decision.reviewed_at >= started)
+async def workspaces(session: AsyncSession) -> list[str]:
+    """The workspaces that have decisions, in order."""
+    query = select(Decision.workspace).distinct().order_by(Decision.workspace)
+    return list(await session.scalars(query))
+
+
+def of_workspace(workspace: str) -> ColumnElement[bool]:
+    return Decision.workspace == workspace
+
+
+def touched_since(workspace: str, started: datetime) -> ColumnElement[bool]:
+    """The decisions of ``workspace`` recorded or reviewed since ``started`` (for
+    ``ids_after``)."""
+    return and_(
+        of_workspace(workspace),
+        or_(Decision.created_at >= started, Decision.reviewed_at >= started),
+    )
 
 
 async def ids_after(

@@ -14,9 +14,10 @@ from app.decisions.document import relative_path
 from app.decisions.export import export_decision, render, write_decision
 
 
-def decision(created: datetime) -> Decision:
+def decision(created: datetime, workspace: str = "default") -> Decision:
     return Decision(
         id="0a1b2c3d",
+        workspace=workspace,
         summary="Use PostgreSQL",
         decision="Use PostgreSQL",
         category="architecture",
@@ -38,6 +39,14 @@ def test_every_year_is_four_digits_in_the_path() -> None:
     assert relative_path(decision(datetime(2026, 12, 1, tzinfo=UTC))) == (
         "decisions/2026/12/2026-12-01-decision-0a1b2c3d.yaml"
     )
+
+
+def test_another_workspace_has_a_folder_of_its_own_and_says_so_in_its_files() -> None:
+    mine = decision(datetime(2026, 12, 1, tzinfo=UTC), workspace="team-b")
+    assert relative_path(mine) == "decisions/team-b/2026/12/2026-12-01-decision-0a1b2c3d.yaml"
+    assert b"\nworkspace: team-b\n" in render(mine)
+    # workspace default's files stay as they were before workspaces existed
+    assert b"workspace" not in render(decision(datetime(2026, 12, 1, tzinfo=UTC)))
 
 
 # The file mode is read from the umask once, when the module is imported: each umask is tried

@@ -14,8 +14,11 @@ triggers are not involved, and the audit chain's digests stay valid: the canonic
   database roles made by ``cstp db auditor-role`` and each one's workspace; every audit table
   has one policy: a role listed there sees its workspace's rows, any other role (the server's,
   an operator's) what it saw before. The table's owner, which runs the server and these
-  migrations, is not subject to row-level security at all. ``cstp_reader_workspace()`` reads
-  the list with its owner's rights, so the readers need no grant on it.
+  migrations, is not subject to row-level security at all. ``cstp_reader_workspace(role)``
+  reads the list with its owner's rights, so the readers need no grant on it; the policies
+  pass it ``current_user``, since inside the function (SECURITY DEFINER) ``current_user`` is
+  its owner. It answers only for a role the session may act as, so that a reader cannot look
+  up which workspace another reader reads.
 
 The downgrade refuses to run while a row of another workspace is stored: revision 0011 has no
 place for it, and audit rows are not changed or deleted.
@@ -92,13 +95,15 @@ def _unique(name: str, columns: list[str]) -> None:
 
 
 def _row_level_security() -> list[str]:
-    reader = f"(SELECT {READER_FUNCTION}())"
+    # Evaluated once per statement (an init plan), with the querying role as current_user.
+    reader = f"(SELECT {READER_FUNCTION}(current_user))"
     statements = [
         f"CREATE TABLE {READERS} (role_name VARCHAR(63) PRIMARY KEY, "
         "workspace VARCHAR(63) NOT NULL)",
-        f"CREATE FUNCTION {READER_FUNCTION}() RETURNS text LANGUAGE sql STABLE "
+        f"CREATE FUNCTION {READER_FUNCTION}(reader text) RETURNS text LANGUAGE sql STABLE "
         "SECURITY DEFINER SET search_path FROM CURRENT AS "
-        f"$$ SELECT workspace FROM {READERS} WHERE role_name = current_user $$",
+        f"$$ SELECT workspace FROM {READERS} WHERE role_name = reader "
+        "AND pg_has_role(session_user, reader, 'MEMBER') $$",
     ]
     for table in TABLES:
         statements += [
@@ -163,7 +168,7 @@ def downgrade() -> None:
         for table in TABLES:
             op.execute(f"DROP POLICY IF EXISTS {POLICY} ON {table}")
             op.execute(f"ALTER TABLE {table} DISABLE ROW LEVEL SECURITY")
-        op.execute(f"DROP FUNCTION IF EXISTS {READER_FUNCTION}()")
+        op.execute(f"DROP FUNCTION IF EXISTS {READER_FUNCTION}(text)")
         op.execute(f"DROP TABLE IF EXISTS {READERS}")
         op.execute(f"DROP TRIGGER IF EXISTS {SQLITE_FROZEN} ON decisions")
         op.execute(f"DROP FUNCTION IF EXISTS {PG_FROZEN}()")
