@@ -1,7 +1,7 @@
 """What a token request must be, checked before anything is written, and the forms of a
 token's secret and public id.
 
-- workspace: ``[a-z0-9][a-z0-9-]{0,62}`` (SPEC.md, section 7);
+- workspace: ``[a-z0-9][a-z0-9-]{0,62}`` (SPEC.md, section 7; app.scopes.WORKSPACE_ID);
 - agent: 1 to 128 characters, a letter or digit first, then letters, digits and ``. _ - : @ +
   /``: the name a decision's ``recordedBy`` will show, so nothing a terminal or a log line
   would act on, and no blank;
@@ -19,9 +19,8 @@ import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 
-from app.scopes import DEFAULT_ROLE, DEFAULT_WORKSPACE, ROLES, SCOPES
+from app.scopes import DEFAULT_ROLE, DEFAULT_WORKSPACE, ROLES, SCOPES, is_workspace_id
 
-WORKSPACE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 AGENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+/-]{0,127}")
 LIFETIME = re.compile(r"([0-9]{1,10})([shd])")
 UNITS = {"s": 1, "h": 3600, "d": 86400}
@@ -54,7 +53,7 @@ def _shown(value: str) -> str:
 
 
 def workspace(value: str) -> str:
-    if not WORKSPACE.fullmatch(value):
+    if not is_workspace_id(value):
         raise BadRequest(
             f"workspace {_shown(value)} is not a workspace id: lower-case letters, digits and "
             "'-', a letter or digit first, at most 63 characters"

@@ -10,7 +10,8 @@ grants, ``api_token_grants``.
   whom, the secret's SHA-256), append-only like every audit table (UPDATE, DELETE and, on
   SQLite, REPLACE refused), and covered by the audit chain.
 - PostgreSQL: both tables get the row-level security policy of revision 0012 (a role listed
-  in ``audit_readers`` sees its workspace's rows and writes nothing).
+  in ``audit_readers`` sees its workspace's rows and writes nothing), so ``cstp db
+  auditor-role`` grants its readers SELECT on them too.
 
 The downgrade refuses to run while a grant is stored: grants are audit rows, covered by the
 chain, and revision 0012 has no place for them.
@@ -85,7 +86,8 @@ def _pg_revoke_only() -> list[str]:
 
 
 def _row_level_security() -> list[str]:
-    reader = f"(SELECT {READER_FUNCTION}())"
+    # As revision 0012 writes it: evaluated once per statement, for the querying role.
+    reader = f"(SELECT {READER_FUNCTION}(current_user))"
     statements = []
     for table in (TOKENS, GRANTS):
         statements += [
