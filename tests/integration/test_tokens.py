@@ -242,6 +242,23 @@ async def test_a_created_token_works_with_its_roles_scopes(
     assert await status_of(client, "token-alice") == 200
 
 
+async def test_a_token_works_in_its_own_workspace_only(
+    client: AppClient, rpc: Rpc, database_url: str
+) -> None:
+    """The token's workspace is the call's: what it records, a token of another workspace
+    (here the configuration's, of ``default``) does not see, as if it did not exist."""
+    made = await create(database_url, "--agent", "tia", "--workspace", "team-b")
+    team_b = Rpc(client, made["token"])
+    recorded = await team_b.ok("cstp.recordDecision", DECISION)
+    assert (await team_b.ok("cstp.getDecision", {"id": recorded["id"]}))["found"] is True
+    missing = await rpc.error("cstp.getDecision", {"id": recorded["id"]})
+    assert missing["code"] == -32007
+    assert (await rpc.ok("cstp.listDecisions", {}))["total"] == 0
+    assert (await team_b.ok("cstp.listDecisions", {}))["total"] == 1
+    rows = await run_sql(database_url, "SELECT workspace FROM decisions")
+    assert [r["workspace"] for r in rows] == ["team-b"]
+
+
 async def test_scopes_given_replace_the_roles(client: AppClient, database_url: str) -> None:
     made = await create(database_url, "--agent", "sam", "--scopes", "read")
     assert (made["role"], made["scopes"]) == ("agent", ["read"])
