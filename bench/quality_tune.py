@@ -54,7 +54,7 @@ from app.db.base import table_of
 from app.db.decisions import Decision, DecisionReason, DecisionTag
 from app.search import keyword
 from app.search.embedder import Embedder, load_default_embedder
-from app.search.filters import SearchFilters
+from app.records.filters import SearchFilters
 from bench.quality import aggregate, score
 from bench.quality_corpus import KINDS, LATE, SPLITS, Corpus, LabelledQuery, generate, satisfies
 from bench.server import (
@@ -161,7 +161,8 @@ def reindex_keyword(
 def to_filters(q: LabelledQuery) -> SearchFilters:
     f = q.filters or {}
     stakes = f.get("stakes")
-    return SearchFilters(workspace="default", 
+    return SearchFilters(
+        workspace="default",
         category=f.get("category"),
         project=f.get("project"),
         stakes=None
@@ -188,7 +189,9 @@ def announce_keyword_lists(conn: Connection, queries: Sequence[LabelledQuery]) -
     return {
         q.id: [
             (h.decision.id, h.score)
-            for h in keyword.search(conn, q.text, SearchFilters(workspace="default", category=q.category), DEEPEST)
+            for h in keyword.search(
+                conn, q.text, SearchFilters(workspace="default", category=q.category), DEEPEST
+            )
         ]
         for q in queries
     }
