@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 
 from litestar import Litestar
 
+from .access.lookup import TokenLookup
 from .auth import LOCAL_AGENT, TokenTable, ensure_local_token, load_tokens
 from .config import ConfigError, Settings
 from .mcp.http import build_mcp_mount
@@ -78,6 +79,7 @@ def create_app(
     check_rate_limits(settings, registry)
     tokens = resolve_tokens(settings)
     services = build_services(settings, runtime, embedder)
+    tokens.use_database(TokenLookup(services.db, services.runtime.now))
     runner = Runner(services)  # both faces run their calls through it
     dispatcher = Dispatcher(registry, services, runner)
     mcp_endpoint, mcp_lifespan = build_mcp_mount(settings, registry, runner, tokens)

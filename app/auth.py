@@ -1,4 +1,11 @@
-"""Bearer tokens → principals (agent, workspace, scopes), compared in constant time.
+"""Bearer tokens → principals (agent, workspace, scopes).
+
+Two kinds of token: the configuration's (``CSTP_AUTH_TOKENS``, the tokens file, the local
+token), held in memory as SHA-256 digests and compared in constant time, all of workspace
+``default`` and role ``agent``; and the database's (``cstp tokens create``), looked up by the
+same digest when no configured token matches, behind a cache of at most a second
+(app.access.lookup, which says how it is invalidated). The configured tokens stay the fast
+path: a call with one never reaches the database.
 
 With no tokens configured the server does not run open: ``ensure_local_token`` creates one
 for agent ``local`` and keeps it in the data dir (mode 0600) so it survives restarts.
@@ -11,9 +18,13 @@ import hmac
 import os
 import secrets
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .config import ConfigError, Settings, add_token, parse_tokens
 from .scopes import Principal
+
+if TYPE_CHECKING:
+    from .access.lookup import TokenLookup
 
 LOCAL_AGENT = "local"
 LOCAL_TOKEN_FILE = "local-token"
@@ -24,6 +35,11 @@ class TokenTable:
 
     def __init__(self) -> None:
         self._entries: list[tuple[bytes, Principal]] = []
+        self._database: TokenLookup | None = None
+
+    def use_database(self, lookup: TokenLookup) -> None:
+        """Look a token no configured one matches up in the database too."""
+        self._database = lookup
 
     def add(self, token: str, principal: Principal) -> None:
         """Let ``token`` in as ``principal``; only its SHA-256 is kept."""
@@ -32,7 +48,10 @@ class TokenTable:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def principal_for(self, authorization: str | None) -> Principal | None:
+    async def principal_for(self, authorization: str | None) -> Principal | None:
+        """Who the bearer token of ``authorization`` lets in; None: no one (a revoked or
+        expired database token included). Raises app.access.lookup.TokenStoreUnavailable
+        when the token could only be in the database and the database cannot be read."""
         if not authorization:
             return None
         scheme, _, token = authorization.partition(" ")
@@ -44,7 +63,9 @@ class TokenTable:
         for digest, principal in self._entries:
             if hmac.compare_digest(digest, presented):
                 found = principal
-        return found
+        if found is not None or self._database is None:
+            return found
+        return await self._database.principal(presented)
 
 
 def load_tokens(settings: Settings) -> dict[str, str]:

@@ -52,9 +52,9 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from app.db import fulltext, migrate
 from app.db.base import table_of
 from app.db.decisions import Decision, DecisionReason, DecisionTag
+from app.records.filters import SearchFilters
 from app.search import keyword
 from app.search.embedder import Embedder, load_default_embedder
-from app.records.filters import SearchFilters
 from bench.quality import aggregate, score
 from bench.quality_corpus import KINDS, LATE, SPLITS, Corpus, LabelledQuery, generate, satisfies
 from bench.server import (

@@ -12,6 +12,7 @@ from app.db.base import table_of
 from app.db.decisions import Decision, DecisionReason, DecisionReview, DecisionTag
 from app.db.guardrails import GuardrailEvaluation, GuardrailRuleResult
 from app.db.intents import Intent, IntentMatch
+from app.db.tokens import ApiTokenGrant
 
 FORMAT = 3
 """The canonical form's format: the column lists below. Any change to them is a new format.
@@ -185,7 +186,31 @@ REVIEWS = Audited(
     ),
 )
 
-AUDITED: dict[str, Audited] = {a.name: a for a in (EVALUATIONS, INTENTS, DECISIONS, REVIEWS)}
+# Token grants (revision 0013): every column, the workspace among them (the table is newer
+# than workspaces, so no stored row lacks one), never the secret, only its SHA-256.
+TOKEN_GRANTS = Audited(
+    table_of(ApiTokenGrant),
+    "id",
+    "acted_at",
+    (
+        "id",
+        "token_id",
+        "workspace",
+        "action",
+        "agent",
+        "role",
+        "scopes",
+        "expires_at",
+        "secret_sha256",
+        "acted_at",
+        "acted_by",
+    ),
+    later_defaults=(),
+)
+
+AUDITED: dict[str, Audited] = {
+    a.name: a for a in (EVALUATIONS, INTENTS, DECISIONS, REVIEWS, TOKEN_GRANTS)
+}
 """Every audited table, by name; in the order rows created at the same instant are chained
 by the migration that built the chain over existing rows (an evaluation before the intent or
 decision that refers to it)."""

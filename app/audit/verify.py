@@ -18,6 +18,8 @@ with the entry's sequence number, table and row id:
   whose rule set is not stored;
 - ``review``: a decision whose review columns (which the chain leaves out: every review
   updates them) are not a copy of its latest review, which is chained;
+- ``token``: a stored token that disagrees with its grants, which are chained (revoked_at
+  cleared, scopes widened, …; app.audit.grants), or a grant whose token is gone;
 - ``checkpoint``: a checkpoint that does not match the chain (its entry differs), whose MAC
   does not hold, or that is beyond the chain's end (``truncated``: entries were cut off).
 """
@@ -34,6 +36,7 @@ from .canonical import AUDITED, digest_of
 from .chain import GENESIS, entry_hash
 from .checkpoints import Checkpoint, check_point
 from .coverage import duplicates, inserted, review_copies, rule_sets, workspaces
+from .grants import token_problems
 from .problems import Problem, Report
 from .repository import entries as store
 from .stored import load_checked
@@ -128,6 +131,7 @@ def verify(
     problems.extend(rule_sets(conn))
     problems.extend(review_copies(conn))
     problems.extend(workspaces(conn))
+    problems.extend(token_problems(conn))
     for point in checkpoints:
         problems.extend(check_point(conn, point, secret, last))
     report.problems = _ranges(problems)

@@ -6,8 +6,11 @@ from .decisions import Decision, DecisionReason, DecisionReview, DecisionTag
 from .guardrails import GuardrailEvaluation, GuardrailRuleResult, GuardrailRuleSet
 from .intents import Intent, IntentMatch
 from .outbox import OutboxEvent
+from .tokens import ApiToken, ApiTokenGrant
 
 __all__ = [
+    "ApiToken",
+    "ApiTokenGrant",
     "AuditEntry",
     "Base",
     "Decision",

@@ -30,6 +30,7 @@ from mcp.server import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
+from app.access.lookup import TokenStoreUnavailable
 from app.errors import internal_error
 from app.operations.registry import Operation, Registry
 from app.operations.runner import Runner
@@ -44,6 +45,9 @@ if TYPE_CHECKING:
 PRINCIPAL_KEY = "cstp.principal"  # where the gate leaves the token's principal (ASGI scope)
 LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 UNAUTHORIZED = b'{"error":"unauthorized","message":"%s"}'
+TOKENS_UNAVAILABLE = (
+    b'{"error":"unavailable","message":"the token store cannot be read: try again shortly"}'
+)
 WRONG_HOST = b'{"error":"misdirected_request","message":"/mcp does not serve this Host"}'
 WRONG_ORIGIN = b'{"error":"forbidden","message":"/mcp does not serve this Origin"}'
 POST_ONLY = (
@@ -160,7 +164,11 @@ def build_mcp_mount(
         if not header:
             await _unauthorized(send, "missing bearer token")
             return
-        principal = tokens.principal_for(header)
+        try:
+            principal = await tokens.principal_for(header)
+        except TokenStoreUnavailable:
+            await _answer(send, 503, TOKENS_UNAVAILABLE, [(b"retry-after", b"1")])
+            return
         if principal is None:
             await _unauthorized(send, "invalid bearer token")
             return

@@ -8,9 +8,14 @@ from litestar import Request, Response, post
 from litestar.exceptions import ClientException
 from litestar.handlers import HTTPRouteHandler
 
+from app.access.lookup import TokenStoreUnavailable
+
 from .dispatcher import Dispatcher
 
 JSON = "application/json"
+UNAVAILABLE = (
+    b'{"error":"unavailable","message":"the token store cannot be read: try again shortly"}'
+)
 
 
 def unauthorized(reason: str) -> Response[bytes]:
@@ -30,7 +35,12 @@ def build_rpc_route(max_body_bytes: int) -> HTTPRouteHandler:
         header = request.headers.get("authorization")
         if not header:
             return unauthorized("missing bearer token")
-        principal = state.tokens.principal_for(header)
+        try:
+            principal = await state.tokens.principal_for(header)
+        except TokenStoreUnavailable:
+            return Response(
+                UNAVAILABLE, status_code=503, media_type=JSON, headers={"Retry-After": "1"}
+            )
         if principal is None:
             return unauthorized("invalid bearer token")
         try:

@@ -39,6 +39,8 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "AUDIT.md"
 postgres_only = pytest.mark.skipif(not USE_PG, reason="database roles: PostgreSQL only")
 
 AUDIT_TABLES = (
+    "api_token_grants",  # revision 0013: the tokens and their grants carry the policy too
+    "api_tokens",
     "audit_chain",
     "decision_reasons",
     "decision_reviews",
