@@ -14,6 +14,7 @@ what going second costs falls on both sides of a block, so both cancel.
         --a-source /tmp/wt_base --a-name base --b-name head
     python -m bench.compare --size 10000 \\
         --a-env CSTP_RETRIEVAL_MODE=semantic --b-env CSTP_RETRIEVAL_MODE=hybrid
+    python -m bench.compare --b-token database   # a database token against a configured one
 
 ``--a-source``/``--b-source`` name a working tree (e.g. ``git worktree add``) whose ``app``
 package that server runs (default: this one). One client, calls in sequence; the seeding and
@@ -74,6 +75,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             metavar="CSTP_X=V",
             help="a setting of that server (repeatable)",
         )
+        p.add_argument(
+            f"--{side}-token",
+            choices=("config", "database"),
+            default="config",
+            help="the measured calls' token: CSTP_AUTH_TOKENS' (default), or one made with "
+            "`cstp tokens create` for the same agent (the seeding uses the configured one)",
+        )
     p.add_argument("--database-url", default=None, help="as bench.run: a Postgres server")
     p.add_argument("--seed", type=int, default=42, help="RNG seed of the texts")
     p.add_argument("--out", type=Path, default=None, help="JSON result file")
@@ -112,6 +120,21 @@ class Side:
     prepared: Prepared
     run: Run
     client: RpcClient | None = None
+
+
+def database_token(prepared: Prepared, source: Path) -> str:
+    """A token of the bench's agent made with ``cstp tokens create`` on the side's database."""
+    done = subprocess.run(
+        [sys.executable, "-m", "app.cli", "tokens", "create", "--agent", "bench", "--json"],
+        cwd=source,
+        env=prepared.server.env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise BenchError(f"cstp tokens create failed: {done.stderr.strip()[-300:]}")
+    return str(json.loads(done.stdout)["token"])
 
 
 def blocks(diffs: list[float]) -> list[float]:
@@ -173,8 +196,11 @@ async def measure(
 def render(report: dict[str, Any]) -> str:
     a, b = report["a"]["name"], report["b"]["name"]
     lines = [
-        f"{a}: {report['a']['commit']} {report['a']['settings'] or ''}".rstrip(),
-        f"{b}: {report['b']['commit']} {report['b']['settings'] or ''}".rstrip(),
+        *(
+            f"{report[k]['name']}: {report[k]['commit']} {report[k]['settings'] or ''}"
+            f"{' (database token)' if report[k].get('token') == 'database' else ''}".rstrip()
+            for k in ("a", "b")
+        ),
         f"{report['size']:,} decisions, {report['database']}, one client, calls paired",
         "",
         f"| call | {a} p50 | {b} p50 | {b} - {a}, median [95%] | {b} slower in |",
@@ -208,12 +234,26 @@ async def compare(args: argparse.Namespace, a: Side, b: Side) -> dict[str, Any]:
         "size": args.size,
         "database": a.prepared.database.split(":")[0],
         "startedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "a": {"name": a.name, "commit": commit_of(args.a_source), "settings": args.a_settings},
-        "b": {"name": b.name, "commit": commit_of(args.b_source), "settings": args.b_settings},
+        "a": {
+            "name": a.name,
+            "commit": commit_of(args.a_source),
+            "settings": args.a_settings,
+            "token": args.a_token,
+        },
+        "b": {
+            "name": b.name,
+            "commit": commit_of(args.b_source),
+            "settings": args.b_settings,
+            "token": args.b_token,
+        },
         "methods": [],
     }
-    a.client = RpcClient(a.prepared.server.base_url, a.prepared.token)
-    b.client = RpcClient(b.prepared.server.base_url, b.prepared.token)
+    for side, letter in ((a, "a"), (b, "b")):
+        token = side.prepared.token
+        if getattr(args, f"{letter}_token") == "database":
+            token = database_token(side.prepared, getattr(args, f"{letter}_source"))
+            log(f"[{side.name}] measured calls use a database token")
+        side.client = RpcClient(side.prepared.server.base_url, token)
     try:
         for n, method in enumerate(args.method_list):
             gen = Generator(seed=args.seed + 1000 + n)
