@@ -61,9 +61,14 @@ WORKSPACE_INFIX = "-ws-"
 
 def collection_name(base: str, workspace: str) -> str:
     """The collection of ``workspace``'s entries in the index whose own collection is
-    ``base``: ``base`` itself for workspace ``default``, ``<base>-ws-<workspace>`` else (a
-    workspace id is ``[a-z0-9][a-z0-9-]*``, which Chroma's names allow)."""
-    return base if workspace == DEFAULT_WORKSPACE else f"{base}{WORKSPACE_INFIX}{workspace}"
+    ``base``: ``base`` itself for workspace ``default``, ``<base>-ws-<workspace>`` else. A
+    workspace id is ``[a-z0-9][a-z0-9-]*``; Chroma wants a name to end with a letter or a
+    digit, so an id that ends with ``-`` gets ``.0`` after it (no id holds a ``.``, so no
+    two workspaces share a name)."""
+    if workspace == DEFAULT_WORKSPACE:
+        return base
+    name = f"{base}{WORKSPACE_INFIX}{workspace}"
+    return f"{name}.0" if workspace.endswith("-") else name
 
 
 def clean_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:

@@ -1351,19 +1351,7 @@ async def test_a_busy_workspace_does_not_push_a_word_out_of_a_small_one(
         "a" * 63,  # the longest id
         "a--b",
         "2026",  # a name like one of default's year folders
-        pytest.param(
-            "team-",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "the id pattern allows a last '-', but app/search/index.py's "
-                    "collection_name makes it the collection name's last character, which "
-                    "Chroma refuses: no decision of such a workspace is ever indexed "
-                    "(recordDecision indexed: false, its outbox events pending for ever) "
-                    "and queryDecisions answers -32003"
-                ),
-            ),
-        ),
+        "team-",  # a last "-": its collection name gets ".0"
     ],
 )
 async def test_every_workspace_id_the_pattern_allows_works(
