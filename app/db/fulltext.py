@@ -22,9 +22,11 @@ so inserts and deletes are all there is to follow.
 Both were chosen by the retrieval-quality benchmark (docs/QUALITY.md). The DDL lives here
 because migrations call it (revision 0008); keep what an existing revision calls stable.
 
-A migration that rebuilds ``decisions``, ``decision_reasons`` or ``decision_tags`` (SQLite's
-batch mode copies a table and drops the old one, and its triggers with it) must call
-``install_triggers`` again afterwards.
+Since revision 0014 the index also holds each decision's workspace (see "workspaces" below:
+``add_workspaces``). A migration that rebuilds ``decisions``, ``decision_reasons`` or
+``decision_tags`` (SQLite's batch mode copies a table and drops the old one, and its triggers
+with it) must call ``install_triggers_v2`` again afterwards (``install_triggers`` before
+revision 0014).
 """
 
 from __future__ import annotations
@@ -199,6 +201,127 @@ def _pg_fill(config: str) -> list[str]:
         f"INSERT INTO {TABLE} (decision_id, document) "
         f"SELECT d.id, {_pg_document('d', config)} FROM decisions d",
     ]
+
+
+# ---------------------------------------------------------------- workspaces (revision 0014)
+#
+# The index holds each decision's workspace as one token no text can make, so that a search
+# keeps to its workspace inside the full-text index itself (the index intersects the token's
+# postings with the words'), and a word's count is its count in the workspace: another
+# workspace's decisions neither fill a search's budget nor push a word out of it.
+# SQLite: a fifth FTS5 column ``workspace`` holding ``w<hex of the id>0`` (letters and digits
+# only: one token; ending in a digit: no stemming rule touches it). Postgres: the lexeme
+# ``cstp-workspace=<id>`` in the document (the parser splits text at ``=``, so no text makes
+# it), added with ``array_to_tsvector`` (taken as it is, never parsed).
+
+WORKSPACE_COLUMN = "workspace"
+#: FTS5 columns of the workspaces' layout, in order.
+COLUMNS_V2 = (*COLUMNS, WORKSPACE_COLUMN)
+PG_WORKSPACE_PREFIX = "cstp-workspace="
+
+
+def sqlite_workspace_token(workspace: str) -> str:
+    """The FTS5 token of ``workspace`` (what ``_SQLITE_TOKEN`` computes in SQL)."""
+    return "w" + workspace.encode().hex() + "0"
+
+
+def pg_workspace_query(workspace: str) -> str:
+    """The ``tsquery`` text of ``workspace``'s lexeme, quoted (an id holds no quote)."""
+    return f"'{PG_WORKSPACE_PREFIX}{workspace}'"
+
+
+def _sqlite_token(expression: str) -> str:
+    # hex() writes upper case; the tokenizer folds it
+    return f"('w' || hex({expression}) || '0')"
+
+
+def _sqlite_tables_v2(tokenizer: str) -> list[str]:
+    columns = ", ".join(COLUMNS_V2)
+    quoted = "'" + tokenizer.replace("'", "''") + "'"
+    return [
+        f"CREATE TABLE {KEYS} (id INTEGER PRIMARY KEY, decision_id VARCHAR(8) NOT NULL UNIQUE)",
+        f"CREATE VIRTUAL TABLE {TABLE} USING fts5({columns}, tokenize = {quoted})",
+    ]
+
+
+def _sqlite_triggers_v2() -> list[str]:
+    first, *rest = _sqlite_triggers()
+    assert first.startswith("CREATE TRIGGER trg_decisions_search_insert")
+    insert = (
+        f"CREATE TRIGGER trg_decisions_search_insert AFTER INSERT ON decisions BEGIN "
+        f"INSERT INTO {KEYS} (decision_id) VALUES (NEW.id); "
+        f"INSERT INTO {TABLE} (rowid, decision, context, reasons, tags, workspace) VALUES "
+        f"((SELECT id FROM {KEYS} WHERE decision_id = NEW.id), NEW.decision, "
+        f"coalesce(NEW.context, ''), '', '', {_sqlite_token('NEW.workspace')}); END"
+    )
+    return [insert, *rest]
+
+
+def _sqlite_fill_v2() -> list[str]:
+    """``_sqlite_fill`` with each decision's workspace token."""
+    return [
+        f"INSERT INTO {KEYS} (decision_id) SELECT id FROM decisions ORDER BY created_at, id",
+        f"INSERT INTO {TABLE} (rowid, decision, context, reasons, tags, workspace) "
+        f"SELECT k.id, d.decision, coalesce(d.context, ''), "
+        f"coalesce((SELECT group_concat(text, char(10)) FROM "
+        f"(SELECT text FROM decision_reasons r WHERE r.decision_id = d.id "
+        f"ORDER BY r.position, r.id)), ''), "
+        f"coalesce((SELECT group_concat(tag, ' ') FROM "
+        f"(SELECT tag FROM decision_tags t WHERE t.decision_id = d.id "
+        f"ORDER BY t.position)), ''), {_sqlite_token('d.workspace')} "
+        f"FROM {KEYS} k JOIN decisions d ON d.id = k.decision_id",
+    ]
+
+
+def _pg_lexeme(row: str) -> str:
+    return f"array_to_tsvector(ARRAY['{PG_WORKSPACE_PREFIX}' || {row}.workspace])"
+
+
+def _pg_decisions_function(config: str, *, workspace: bool) -> str:
+    document = _pg_document("d", config)
+    if workspace:
+        document = f"{document} || {_pg_lexeme('d')}"
+    return (
+        f"CREATE OR REPLACE FUNCTION cstp_search_decisions() RETURNS trigger LANGUAGE plpgsql "
+        f"AS $$ BEGIN INSERT INTO {TABLE} (decision_id, document) "
+        f"SELECT d.id, {document} FROM decisions d WHERE d.id = NEW.id "
+        f"ON CONFLICT (decision_id) DO NOTHING; RETURN NULL; END $$"
+    )
+
+
+def add_workspaces(dialect: str, *, tokenizer: str, config: str) -> list[str]:
+    """Revision 0014: the index of the workspaces' layout, from the one of revision 0008."""
+    if dialect == "sqlite":
+        return [
+            *remove("sqlite"),
+            *_sqlite_tables_v2(tokenizer),
+            *_sqlite_fill_v2(),
+            *_sqlite_triggers_v2(),
+        ]
+    return [
+        _pg_decisions_function(config, workspace=True),
+        f"UPDATE {TABLE} s SET document = s.document || {_pg_lexeme('d')} "
+        f"FROM decisions d WHERE d.id = s.decision_id",
+        f"ANALYZE {TABLE}",
+    ]
+
+
+def drop_workspaces(dialect: str, *, tokenizer: str, config: str) -> list[str]:
+    """Back to the index of revision 0008 (built again from the rows)."""
+    if dialect == "sqlite":
+        return [*remove("sqlite"), *install("sqlite", tokenizer=tokenizer, config=config)]
+    return [
+        _pg_decisions_function(config, workspace=False),
+        f"UPDATE {TABLE} s SET document = ts_delete(s.document, "
+        f"'{PG_WORKSPACE_PREFIX}' || d.workspace) FROM decisions d WHERE d.id = s.decision_id",
+    ]
+
+
+def install_triggers_v2(dialect: str, *, config: str = PG_CONFIG) -> list[str]:
+    """Only the triggers of the workspaces' layout (after a migration rebuilt a table)."""
+    if dialect == "sqlite":
+        return _sqlite_triggers_v2()
+    return [s for s in _pg_triggers(config) if "TRIGGER trg_" in s]
 
 
 # ---------------------------------------------------------------- what migrations call

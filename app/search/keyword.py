@@ -81,7 +81,8 @@ def search(conn: Connection, query: str, filters: SearchFilters, limit: int) -> 
     if not words or limit < 1:
         return []
     sqlite = conn.dialect.name == "sqlite"
-    counts, decisions = statements.word_counts(conn, words, sqlite, WORD_CAP + 1)
+    workspace = filters.workspace
+    counts, decisions = statements.word_counts(conn, workspace, words, sqlite, WORD_CAP + 1)
     found = [(n, word) for n, word in zip(counts, words, strict=True) if n]
     if not found:
         return []
@@ -100,11 +101,12 @@ def search(conn: Connection, query: str, filters: SearchFilters, limit: int) -> 
     if sqlite:
         # BM25 over the kept phrases, divided by the weight of every phrase found
         weight = sum(fts5_idf(decisions, n) for n, _ in found)
-        params["match"] = " OR ".join(fts5_phrase(word) for _, word in kept)
+        params["match"] = statements.fts5_query(workspace, [word for _, word in kept])
     else:
         # the kept phrases' weights, summed per decision, over the weight of all found
         weight = sum(bm25_idf(decisions, n) for n, _ in found)
         params["words"] = [word for _, word in kept]
+        params["workspace"] = statements.pg_workspace(workspace)
         params["weights"] = [bm25_idf(decisions, n) for n, _ in kept]
     return [
         KeywordHit(Brief(*row[:-1]), float(row[-1]) / weight)

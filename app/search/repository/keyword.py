@@ -32,8 +32,11 @@ from . import filter_sql
 
 #: At most this many distinct words of a query are looked up (the first ones).
 MAX_TERMS = 32
-#: FTS5 bm25() weight of each column (decision, context, reasons, tags).
+#: FTS5 bm25() weight of each column (decision, context, reasons, tags); the fifth column,
+#: the workspace's token, weighs nothing.
 BM25_WEIGHTS = (1.0, 1.0, 1.0, 1.0)
+#: The text columns: a query's words are looked up in these only (never in the workspace's).
+TEXT_COLUMNS = "{" + " ".join(fulltext.COLUMNS) + "}"
 #: The text search configuration of the index (what its triggers use).
 PG_CONFIG = fulltext.PG_CONFIG
 
@@ -41,6 +44,20 @@ PG_CONFIG = fulltext.PG_CONFIG
 def fts5_phrase(word: str) -> str:
     """``word`` as one FTS5 string (a phrase of its tokens): double quotes doubled."""
     return '"' + word.replace('"', '""') + '"'
+
+
+def pg_workspace(workspace: str) -> str:
+    """The ``:workspace`` parameter of the Postgres statements: the workspace's lexeme as a
+    ``tsquery``."""
+    return fulltext.pg_workspace_query(workspace)
+
+
+def fts5_query(workspace: str, words: Sequence[str]) -> str:
+    """The FTS5 query of decisions of ``workspace`` holding any of ``words`` (each a phrase
+    looked up in the text columns)."""
+    token = fulltext.sqlite_workspace_token(workspace)
+    phrases = " OR ".join(fts5_phrase(word) for word in words)
+    return f'{fulltext.WORKSPACE_COLUMN} : "{token}" AND {TEXT_COLUMNS} : ({phrases})'
 
 
 def ranked(
@@ -56,9 +73,10 @@ def ranked(
 
 @functools.lru_cache(maxsize=MAX_TERMS)
 def _sqlite_counts(words: int) -> TextClause:
-    """One statement: the matches of each of ``words`` phrases (``:w0``...), each counted
-    only up to ``:cap`` by an index read that stops there, and the table's row count (its
-    largest key: rows are deleted only with their decision)."""
+    """One statement: the matches of each of ``words`` queries (``:w0``..., each a phrase
+    in one workspace: ``fts5_query``), each counted only up to ``:cap`` by an index read that
+    stops there, and the table's row count (its largest key: rows are deleted only with
+    their decision)."""
     each = ", ".join(
         f"(SELECT count(*) FROM (SELECT 1 FROM {fulltext.TABLE} "
         f"WHERE {fulltext.TABLE} MATCH :w{n} LIMIT :cap))"
@@ -71,11 +89,12 @@ def _sqlite_counts(words: int) -> TextClause:
 def _pg_counts() -> TextClause:
     """The same on Postgres, in one statement whatever the number of words: each word's
     phrase query (``phraseto_tsquery``: Postgres parses the word, never as query syntax)
-    looked up in the GIN index with the phrase as a run-time key, and the planner's row
-    estimate of the table. A phrase of stop words only (numnode 0) is not looked up."""
+    and the workspace's lexeme, looked up in the GIN index with the query as a run-time key,
+    and the planner's row estimate of the table. A phrase of stop words only (numnode 0) is
+    not looked up."""
     return text(
         f"SELECT w.n, (SELECT count(*) FROM (SELECT 1 FROM {fulltext.TABLE} s "
-        f"WHERE s.document @@ w.q LIMIT :cap) AS capped) "
+        f"WHERE s.document @@ (w.q && CAST(:workspace AS tsquery)) LIMIT :cap) AS capped) "
         f"FROM (SELECT n, phraseto_tsquery('{PG_CONFIG}', word) AS q "
         f"FROM unnest(CAST(:words AS text[])) WITH ORDINALITY AS u(word, n)) AS w "
         f"WHERE numnode(w.q) > 0 "
@@ -85,15 +104,23 @@ def _pg_counts() -> TextClause:
 
 
 def word_counts(
-    conn: Connection, words: Sequence[str], sqlite: bool, cap: int
+    conn: Connection, workspace: str, words: Sequence[str], sqlite: bool, cap: int
 ) -> tuple[list[int], int]:
-    """How many decisions each word's phrase matches (up to ``cap``), and how many
-    decisions there are."""
+    """How many decisions of ``workspace`` each word's phrase matches (up to ``cap``), and
+    how many decisions there are (in the whole database: a count per workspace would cost a
+    read of the workspace's rows on every search)."""
     if sqlite:
-        params: dict[str, Any] = {f"w{n}": fts5_phrase(word) for n, word in enumerate(words)}
+        params: dict[str, Any] = {
+            f"w{n}": fts5_query(workspace, [word]) for n, word in enumerate(words)
+        }
         *counts, rows = conn.execute(_sqlite_counts(len(words)), {**params, "cap": cap}).one()
         return [int(n) for n in counts], int(rows)
-    rows = conn.execute(_pg_counts(), {"words": list(words), "cap": cap}).all()
+    params = {
+        "words": list(words),
+        "cap": cap,
+        "workspace": fulltext.pg_workspace_query(workspace),
+    }
+    rows = conn.execute(_pg_counts(), params).all()
     found: dict[int, int] = {int(n): int(count) for n, count in rows}
     return [found.get(n, 0) for n in range(1, len(words) + 1)], found.get(0, 0)
 
@@ -116,7 +143,9 @@ def _sqlite_statement(shape: filter_sql.Shape) -> Select[Any]:
     fts = table(fulltext.TABLE, column("rowid"))
     keys = table(fulltext.KEYS, column("id"), column("decision_id"))
     index: ColumnElement[Any] = literal_column(fulltext.TABLE)
-    weights: list[ColumnElement[Any]] = [literal_column(repr(float(w))) for w in BM25_WEIGHTS]
+    weights: list[ColumnElement[Any]] = [
+        literal_column(repr(float(w))) for w in (*BM25_WEIGHTS, 0.0)
+    ]
     bm25 = func.bm25(index, *weights, type_=Float())
     match = index.op("MATCH")(bindparam("match"))
     return (
@@ -133,13 +162,15 @@ def _sqlite_statement(shape: filter_sql.Shape) -> Select[Any]:
 
 
 def _pg_statement(shape: filter_sql.Shape) -> Select[Any]:
-    """Each kept phrase's matches, found in the GIN index with the phrase as a run-time
-    key, weighted by ``:weights``; summed per decision, filtered, best first (ties by id)."""
+    """Each kept phrase's matches in the workspace, found in the GIN index with the phrase
+    and the workspace's lexeme as a run-time key, weighted by ``:weights``; summed per
+    decision, filtered, best first (ties by id)."""
     matched = (
         text(
             f"SELECT s.decision_id, k.weight FROM unnest(CAST(:words AS text[]), "
             f"CAST(:weights AS float8[])) AS k(word, weight) "
-            f"JOIN {fulltext.TABLE} s ON s.document @@ phraseto_tsquery('{PG_CONFIG}', k.word)"
+            f"JOIN {fulltext.TABLE} s ON s.document @@ "
+            f"(phraseto_tsquery('{PG_CONFIG}', k.word) && CAST(:workspace AS tsquery))"
         )
         .columns(column("decision_id"), column("weight"))
         .subquery("matched")
