@@ -52,8 +52,7 @@ def _read_stored(
 
 async def stored(ctx: CallContext, correlation_id: str) -> StoredIntent | None:
     """This agent's successful announcement with ``correlation_id`` in the call's workspace,
-    if any (one indexed read):
-    its ``id``, ``similar_found`` and ``allowed``.
+    if any (one indexed read): its ``id``, ``similar_found`` and ``allowed``.
 
     Read by ``Database.read``: on SQLite on a read connection, so it never takes the write
     lock; on Postgres in the call's transaction when it has one, else (announceIntent,
