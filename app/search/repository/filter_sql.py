@@ -53,6 +53,11 @@ def shape(f: SearchFilters) -> Shape:
     )
 
 
+def is_empty(s: Shape) -> bool:
+    """Whether a shape filters nothing but the workspace (which every statement keeps to)."""
+    return all(part in (False, 0, None) for part in s)
+
+
 def values(f: SearchFilters) -> dict[str, Any]:
     values: dict[str, Any] = {
         "f_workspace": f.workspace,

@@ -138,8 +138,10 @@ def _statement(dialect: str, shape: filter_sql.Shape) -> Select[Any]:
 
 
 def _sqlite_statement(shape: filter_sql.Shape) -> Select[Any]:
-    """Ranked by BM25 (ties in index order). Every match's row is checked first, if only for
-    its workspace (the phrases kept match POSTINGS_BUDGET decisions at most)."""
+    """Ranked by BM25 (ties in index order). The full-text query keeps to the workspace
+    itself (``fts5_query``): with no other filter, the best ``limit`` are taken from the
+    index before their rows are read (whose workspace condition then changes nothing);
+    filtered, every match's row is checked first."""
     fts = table(fulltext.TABLE, column("rowid"))
     keys = table(fulltext.KEYS, column("id"), column("decision_id"))
     index: ColumnElement[Any] = literal_column(fulltext.TABLE)
@@ -148,6 +150,24 @@ def _sqlite_statement(shape: filter_sql.Shape) -> Select[Any]:
     ]
     bm25 = func.bm25(index, *weights, type_=Float())
     match = index.op("MATCH")(bindparam("match"))
+    if filter_sql.is_empty(shape):
+        ranked = (
+            select(fts.c.rowid, bm25.label("rank"))
+            .where(match)
+            .order_by(bm25, fts.c.rowid)
+            .limit(bindparam("limit"))
+            .subquery("ranked")
+        )
+        return (
+            select(*SEARCH_COLUMNS, (-ranked.c.rank).label("score"))
+            .select_from(
+                ranked.join(keys, keys.c.id == ranked.c.rowid).join(
+                    Decision, Decision.id == keys.c.decision_id
+                )
+            )
+            .where(*filter_sql.conditions(shape))
+            .order_by(ranked.c.rank, ranked.c.rowid)
+        )
     return (
         select(*SEARCH_COLUMNS, (-bm25).label("score"))
         .select_from(
