@@ -340,9 +340,8 @@ class VectorIndex:
         self, vector: Sequence[float], ids: Sequence[str], *, workspace: str
     ) -> dict[str, float]:
         """The cosine distance from ``vector`` to each of ``ids`` that ``workspace``'s
-        collection holds (computed
-        from their stored vectors: Chroma's own query restricted to ids fails on an id it
-        does not hold, and costs several times more)."""
+        collection holds (computed from their stored vectors: Chroma's own query restricted
+        to ids fails on an id it does not hold, and costs several times more)."""
         wanted = list(dict.fromkeys(ids))
         if not wanted:
             return {}

@@ -20,7 +20,9 @@ length (on the benchmark, recall did not change between a cap of 250 and none). 
 divided by the weight of every phrase found, the left-out ones included.
 
 Every filter is applied in the same SQL statement, with the semantics of
-``app.records.filters`` (``matches``), so the ranking is of matching decisions only.
+``app.records.filters`` (``matches``), so the ranking is of matching decisions only. The
+caller's workspace is also part of the full-text query itself (revision 0014's token or
+lexeme): the words are counted, kept and matched among that workspace's decisions only.
 
 The statements are app.search.repository.keyword's; this module chooses the phrases and
 scores what they return.
