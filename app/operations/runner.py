@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from app.errors import CstpError, forbidden, internal_error, invalid_params, storage_error
+from app.errors import (
+    FORBIDDEN,
+    CstpError,
+    forbidden,
+    internal_error,
+    invalid_params,
+    storage_error,
+)
 from app.scopes import Principal
 
 from .context import CallContext
@@ -78,11 +85,13 @@ class Runner:
             log.exception("unexpected error in %s", operation.name)
             error = internal_error()
         else:
-            log_call(agent, operation.name, request_id, "ok", started, face)
+            log_call(principal, operation.name, request_id, "ok", started, face)
             return result
-        if operation.on_failure is not None:
+        # A call its token may not make never reached the operation: nothing is written for it
+        # (a read-only token must not add audit rows, at no rate limit's cost).
+        if operation.on_failure is not None and error.code != FORBIDDEN:
             await self._record_failure(operation, principal, raw, error)
-        log_call(agent, operation.name, request_id, str(error.code), started, face)
+        log_call(principal, operation.name, request_id, str(error.code), started, face)
         raise error
 
     async def _run(self, operation: Operation[Any, Any], params: Any, principal: Principal) -> Any:
@@ -139,15 +148,16 @@ def clip(value: Any) -> Any:
 
 
 def log_call(
-    agent: str, name: str, request_id: Any, outcome: str, started: float, face: str
+    principal: Principal, name: str, request_id: Any, outcome: str, started: float, face: str
 ) -> None:
-    """One structured line per call: agent, operation, id, outcome, duration, face (the
-    caller's id and method name cut to LOGGED_CHARS)."""
+    """One structured line per call: workspace, agent, operation, id, outcome, duration, face
+    (the caller's id and method name cut to LOGGED_CHARS)."""
     if log.isEnabledFor(logging.INFO):
         line = {
             "event": "rpc",
             "face": face,
-            "agent": clip(agent),
+            "workspace": principal.workspace,
+            "agent": clip(principal.agent),
             "method": clip(name),
             "id": clip(request_id),
             "outcome": outcome,

@@ -108,9 +108,7 @@ class Dispatcher:
         log_id = bytes(rid).decode() if isinstance(rid, msgspec.Raw) else rid
         operation = self.registry.get(name)
         if operation is None:
-            log_call(
-                principal.agent, name, log_id, str(METHOD_NOT_FOUND), time.perf_counter(), "jsonrpc"
-            )
+            log_call(principal, name, log_id, str(METHOD_NOT_FOUND), time.perf_counter(), "jsonrpc")
             return None if is_notification else _error(rid, method_not_found(name))
         try:
             result = await self.runner.run(

@@ -7,6 +7,8 @@ added to the app's token table as a token of the database will be."""
 
 from __future__ import annotations
 
+import json
+import logging
 from dataclasses import replace
 from typing import Any
 
@@ -14,6 +16,7 @@ import pytest
 from sqlalchemy import select
 
 from app.asgi import build_registry
+from app.db.audit import AuditEntry
 from app.db.intents import Intent
 from app.operations.registry import Registry
 from app.scopes import ROLES, Principal
@@ -68,14 +71,27 @@ async def test_a_token_without_the_scope_is_forbidden_before_anything_happens(
     assert (await rpc.ok("cstp.listDecisions", {}))["total"] == 0  # nothing was recorded
 
 
-async def test_a_refused_announcement_is_audited_with_its_code(client: AppClient) -> None:
+async def test_an_announcement_without_the_scope_writes_nothing_and_is_logged(
+    client: AppClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A token that may not announce never reaches the operation: no intent row, no chain
+    entry (else a read-only token could fill the audit tables, unlimited by the rate limit
+    it never reaches); the call's log line says who was refused."""
     reviewer = with_role(client, "token-reviewer", "reviewer")
-    answer = await reviewer.call("cstp.announceIntent", PARAMS["cstp.announceIntent"])
-    assert answer["error"]["data"] == {"scope": "announce"}
+    with caplog.at_level(logging.INFO, logger="cstp.rpc"):
+        for _ in range(3):
+            answer = await reviewer.call("cstp.announceIntent", PARAMS["cstp.announceIntent"])
+            assert answer["error"]["data"] == {"scope": "announce"}
     services = client.app.state.services
     async with services.db.transaction(write=False) as session:
-        rows = (await session.scalars(select(Intent))).all()
-    assert [(i.agent, i.error_code) for i in rows] == [("reviewer-agent", -32010)]
+        assert (await session.scalars(select(Intent))).all() == []
+        assert (await session.scalars(select(AuditEntry))).all() == []
+    refused = [
+        json.loads(r.getMessage()) for r in caplog.records if '"event": "rpc"' in r.getMessage()
+    ]
+    assert [(r["workspace"], r["agent"], r["outcome"]) for r in refused] == [
+        ("default", "reviewer-agent", "-32010")
+    ] * 3
 
 
 async def test_read_scope_serves_the_reads_and_refuses_the_writes(client: AppClient) -> None:
