@@ -37,8 +37,22 @@ DEFAULT_ROLE = "agent"
 WORKSPACE_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 
 
+YEAR = re.compile(r"[0-9]{4}")
+
+
+def workspace_problem(value: object) -> str | None:
+    """Why ``value`` cannot be a workspace id, or None. Beyond the pattern, four digits are
+    refused: ``decisions/<YYYY>/`` is workspace ``default``'s folder of that year, and
+    another workspace's files go to ``decisions/<workspace>/`` (SPEC.md, section 3)."""
+    if not isinstance(value, str) or WORKSPACE_ID.fullmatch(value) is None:
+        return "lower-case letters, digits and '-', a letter or digit first, at most 63 characters"
+    if YEAR.fullmatch(value):
+        return "four digits name a year's folder of workspace default's decision files"
+    return None
+
+
 def is_workspace_id(value: object) -> bool:
-    return isinstance(value, str) and WORKSPACE_ID.fullmatch(value) is not None
+    return workspace_problem(value) is None
 
 
 @dataclass(frozen=True)

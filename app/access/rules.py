@@ -19,7 +19,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 
-from app.scopes import DEFAULT_ROLE, DEFAULT_WORKSPACE, ROLES, SCOPES, is_workspace_id
+from app.scopes import DEFAULT_ROLE, DEFAULT_WORKSPACE, ROLES, SCOPES, workspace_problem
 
 AGENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+/-]{0,127}")
 LIFETIME = re.compile(r"([0-9]{1,10})([shd])")
@@ -53,11 +53,9 @@ def _shown(value: str) -> str:
 
 
 def workspace(value: str) -> str:
-    if not is_workspace_id(value):
-        raise BadRequest(
-            f"workspace {_shown(value)} is not a workspace id: lower-case letters, digits and "
-            "'-', a letter or digit first, at most 63 characters"
-        )
+    problem = workspace_problem(value)
+    if problem is not None:
+        raise BadRequest(f"workspace {_shown(value)} is not a workspace id: {problem}")
     return value
 
 

@@ -19,10 +19,11 @@ from .runner import with_services
 
 
 def _workspace(value: str | None) -> str | None:
-    from ..scopes import is_workspace_id
+    from ..scopes import workspace_problem
 
-    if value is not None and not is_workspace_id(value):
-        raise Failure("--workspace: a workspace id is 1-63 of a-z, 0-9 and '-', not first '-'")
+    problem = None if value is None else workspace_problem(value)
+    if problem is not None:
+        raise Failure(f"--workspace: not a workspace id: {problem}")
     return value
 
 

@@ -160,15 +160,18 @@ class VectorIndex:
         await self._op(op)
         self._chroma.rename(live)
 
-    async def drop_collections(self, prefixes: Sequence[str]) -> list[str]:
+    async def drop_collections(
+        self, prefixes: Sequence[str], keep: Sequence[str] = ()
+    ) -> list[str]:
         """Delete every collection of this Chroma whose name starts with one of ``prefixes``
-        (never this index's own); returns their names."""
+        (never this index's own, nor one named in ``keep``); returns their names."""
 
         def op(own: Collection) -> list[str]:
             client = self._chroma.client
             assert client is not None
             names = sorted(col.name for col in client.list_collections())
-            doomed = [n for n in names if n.startswith(tuple(prefixes)) and n != own.name]
+            kept = {own.name, *keep}
+            doomed = [n for n in names if n.startswith(tuple(prefixes)) and n not in kept]
             for name in doomed:
                 client.delete_collection(name)
             return doomed

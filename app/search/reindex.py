@@ -75,8 +75,10 @@ async def reindex(services: Services, progress: Progress | None = None) -> int:
         workspaces = sorted({DEFAULT_WORKSPACE, *await repository.workspaces(session)})
     # What an earlier run that failed or was killed left behind: a partial copy, or an old
     # collection renamed aside. Both are derived data that this run rebuilds anyway.
-    retired = [f"{collection_name(LIVE_COLLECTION, w)}-retired-" for w in workspaces]
-    left = await services.index.drop_collections([*LEFTOVER_PREFIXES, *retired])
+    # (a workspace's own collection may start like another's leftover: "q-retired-1" is an id)
+    live = [collection_name(LIVE_COLLECTION, w) for w in workspaces]
+    retired = [f"{name}-retired-" for name in live]
+    left = await services.index.drop_collections([*LEFTOVER_PREFIXES, *retired], keep=live)
     if left:
         log.warning(
             "dropped %d collection(s) left by an earlier reindex: %s", len(left), ", ".join(left)

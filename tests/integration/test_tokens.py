@@ -178,6 +178,7 @@ async def test_create_shows_the_secret_once_and_list_never(database_url: str) ->
         (["--agent", "a", "--workspace", "Team"], "workspace 'Team' is not a workspace id"),
         (["--agent", "a", "--workspace", "-x"], "is not a workspace id"),
         (["--agent", "a", "--workspace", "x" * 64], "is not a workspace id"),
+        (["--agent", "a", "--workspace", "2026"], "four digits name a year's folder"),
         (["--agent", "a", "--role", "root"], "role 'root' is not one of"),
         (["--agent", "a", "--scopes", "read,fly"], "scope 'fly' is not one of"),
         (["--agent", "a", "--scopes", ","], "--scopes names no scope"),

@@ -122,3 +122,22 @@ async def test_a_workspace_imports_exports_and_indexes_its_own_files(
         assert {d["id"] for d in found["result"]["decisions"]} == team_ids
         mine = await _rpc(client, "token-alice", "cstp.queryDecisions", {"query": "blue green"})
         assert {d["id"] for d in mine["result"]["decisions"]}.isdisjoint(team_ids)
+
+
+async def test_reindex_never_drops_a_workspace_collection_named_like_a_leftover(
+    settings: Settings, embedder: Any, tmp_path: Path, caplog: Any
+) -> None:
+    """Workspace ``q-retired-1``'s collection starts like what a killed reindex of ``q``
+    leaves behind (``decisions-ws-q-retired-…``): it is a live collection, kept."""
+    app = create_app(settings, embedder=embedder)
+    services = app.state.services
+    for n, workspace in enumerate(("q", "q-retired-1")):
+        _file(tmp_path / workspace, f"{n}.yaml", id=f"legacy-{n}")
+        report = await import_tree(services, tmp_path / workspace, workspace=workspace)
+        assert (report.new, report.failed) == (1, [])
+    assert (await services.relay.drain()).failed == 0
+    with caplog.at_level("WARNING", logger="cstp.reindex"):
+        assert await reindex(services) == 2
+    assert "dropped" not in caplog.text
+    assert await services.index.count("q") == 1
+    assert await services.index.count("q-retired-1") == 1

@@ -1352,7 +1352,7 @@ async def test_a_busy_workspace_does_not_push_a_word_out_of_a_small_one(
         "0",
         "a" * 63,  # the longest id
         "a--b",
-        "2026",  # a name like one of default's year folders
+        "20261",  # digits, but not a year: decisions/<YYYY>/ is default's (four digits are refused)
         "team-",  # a last "-": its collection name gets ".0"
     ],
 )
