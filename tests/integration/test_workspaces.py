@@ -1259,9 +1259,9 @@ KEYWORD_STATISTICS_OF_EVERY_WORKSPACE = (
     "on SQLite a keyword score's weights use the number of decisions in the whole database "
     "(app/search/repository/keyword.py word_counts: a count per workspace would read the "
     "workspace's rows on every search) and FTS5's bm25() weighs words by the whole index: "
-    "a score (never a result, nor a word's count) moves when another workspace records "
-    "decisions (docs/PROTOCOL.md, Workspaces). Postgres uses the planner's estimate of the "
-    "table's rows, which moves only when the table is analyzed"
+    "scores (and at times the order of the results, never which can be found) move when "
+    "another workspace records decisions (docs/PROTOCOL.md, Workspaces). Postgres uses the "
+    "planner's estimate of the table's rows, which moves only when the table is analyzed"
 )
 
 
