@@ -381,19 +381,6 @@ def part_keyword(setup: Setup, conn: Connection, database: str) -> None:
             print(line(name, result, none), flush=True)
     keyword.POSTINGS_BUDGET = setup.args.budget
     reindex_keyword(conn, tokenizer=setup.args.tokenizer, config=setup.args.config)
-    if database == "sqlite":
-        for weights in ((1.0, 1.0, 1.0, 1.0), (2.0, 1.0, 1.0, 1.0), (1.0, 1.0, 1.0, 0.5)):
-            keyword.BM25_WEIGHTS = weights
-            keyword._statement.cache_clear()
-            lists = keyword_lists(conn, corpus, LIMIT)
-            result = evaluate(
-                corpus.queries, relevant, lambda q, lists=lists: [i for i, _ in lists[q.id]]
-            )
-            name = f"bm25 column weights {weights}"
-            results[name] = result
-            print(line(name, result, none), flush=True)
-        keyword.BM25_WEIGHTS = (1.0, 1.0, 1.0, 1.0)
-        keyword._statement.cache_clear()
     setup.report.setdefault("keyword", {})[database] = results
 
 

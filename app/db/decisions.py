@@ -112,3 +112,13 @@ class DecisionReview(Base):
     affected_kpis: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     reviewed_by: Mapped[str] = mapped_column(String(128), index=True)
     reviewed_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+
+
+class WorkspaceDecisions(Base):
+    """How many decisions a workspace holds, counted by a trigger on ``decisions`` (revision
+    0015): what the keyword side's word weights are computed against."""
+
+    __tablename__ = "workspace_decisions"
+
+    workspace: Mapped[str] = mapped_column(String(63), primary_key=True)
+    decisions: Mapped[int] = mapped_column(Integer)

@@ -2,7 +2,7 @@
 
 from .audit import AuditEntry
 from .base import Base
-from .decisions import Decision, DecisionReason, DecisionReview, DecisionTag
+from .decisions import Decision, DecisionReason, DecisionReview, DecisionTag, WorkspaceDecisions
 from .guardrails import GuardrailEvaluation, GuardrailRuleResult, GuardrailRuleSet
 from .intents import Intent, IntentMatch
 from .outbox import OutboxEvent
@@ -23,4 +23,5 @@ __all__ = [
     "Intent",
     "IntentMatch",
     "OutboxEvent",
+    "WorkspaceDecisions",
 ]

@@ -4,8 +4,8 @@ The query is built from the user's text, never parsed as full-text syntax: each
 whitespace-separated word becomes one quoted phrase (an FTS5 string, a Postgres
 ``phraseto_tsquery``), so ``OPS-1432``, ``ERR_CONN_RESET``, ``billing/invoice_worker.py``
 and ``3.1.18`` match as written, in order, and no quote, operator or column name in the text
-can change the query. The phrases are OR-ed and ranked by relevance (SQLite: FTS5's BM25;
-Postgres: the sum of the BM25 weights of the phrases a decision holds), so a
+can change the query. The phrases are OR-ed and ranked by relevance: the sum of the BM25
+weights (inverse document frequency) of the phrases a decision holds, on both databases, so a
 natural-language query finds decisions that share only some of its words, the ones that
 share its rarest words first. The index stems English words on both databases
 (``app/db/fulltext.py``), and so does the query: ``caching`` finds ``cache``.
@@ -22,7 +22,8 @@ divided by the weight of every phrase found, the left-out ones included.
 Every filter is applied in the same SQL statement, with the semantics of
 ``app.records.filters`` (``matches``), so the ranking is of matching decisions only. The
 caller's workspace is also part of the full-text query itself (revision 0014's token or
-lexeme): the words are counted, kept and matched among that workspace's decisions only.
+lexeme): the words are counted, kept, weighed (against the workspace's own number of
+decisions, revision 0015) and matched among that workspace's decisions only.
 
 The statements are app.search.repository.keyword's; this module chooses the phrases and
 scores what they return.
@@ -52,12 +53,11 @@ WORD_CAP = 250
 
 @dataclass(frozen=True, slots=True)
 class KeywordHit:
-    """A decision that matches, with its score: its relevance to the query divided by the
-    weight of all the query's words that occur in the journal, so about the share of the
-    query's (rarer) words it holds: 1 for all of them, near 0 for a few common ones. The
-    relevance is BM25 on SQLite (which also counts repeats and favours short texts, so a
-    score may pass 1) and the sum of the matched phrases' BM25 weights (inverse document
-    frequency) on Postgres."""
+    """A decision that matches, with its score: its relevance to the query (the sum of the
+    matched phrases' BM25 weights, inverse document frequency in the caller's workspace)
+    divided by the weight of all the query's words that occur in the workspace, so about the
+    share of the query's (rarer) words it holds: 1 for all of them, near 0 for a few common
+    ones. Nothing of another workspace enters it."""
 
     decision: Brief
     score: float
@@ -99,26 +99,21 @@ def search(conn: Connection, query: str, filters: SearchFilters, limit: int) -> 
     if not kept:
         return []
     shape = filter_sql.shape(filters)
+    # the kept phrases' weights, summed per decision, over the weight of every phrase found
+    weight = sum(bm25_idf(decisions, n) for n, _ in found)
     params: dict[str, Any] = {**filter_sql.values(filters), "limit": limit}
     if sqlite:
-        # BM25 over the kept phrases, divided by the weight of every phrase found
-        weight = sum(fts5_idf(decisions, n) for n, _ in found)
-        params["match"] = statements.fts5_query(workspace, [word for _, word in kept])
+        for n, (count, word) in enumerate(kept):
+            params[f"q{n}"] = statements.fts5_query(workspace, [word])
+            params[f"k{n}"] = bm25_idf(decisions, count)
     else:
-        # the kept phrases' weights, summed per decision, over the weight of all found
-        weight = sum(bm25_idf(decisions, n) for n, _ in found)
         params["words"] = [word for _, word in kept]
         params["workspace"] = statements.pg_workspace(workspace)
         params["weights"] = [bm25_idf(decisions, n) for n, _ in kept]
     return [
         KeywordHit(Brief(*row[:-1]), float(row[-1]) / weight)
-        for row in statements.ranked(conn, shape, params)
+        for row in statements.ranked(conn, shape, params, len(kept))
     ]
-
-
-def fts5_idf(rows: int, found: int) -> float:
-    """FTS5's BM25 weight of a phrase found in ``found`` of ``rows`` rows."""
-    return max(1e-6, math.log((rows - found + 0.5) / (found + 0.5)))
 
 
 def bm25_idf(rows: int, found: int) -> float:

@@ -25,8 +25,7 @@ rows of it.
 
 Then what is not a method: each workspace's YAML files are under its own folder (default's
 as ever), and rate-limit budgets are per workspace. A busy workspace cannot push a word
-out of a small one's keyword search. One test pins what is left (``xfail(strict=True)``):
-a keyword score's weights count the decisions of the whole database.
+out of a small one's keyword search, nor move its keyword scores.
 
 Runs on SQLite, and on Postgres with CSTP_TEST_DATABASE_URL.
 """
@@ -60,7 +59,6 @@ from app.config import Settings, parse_rate_limits
 from app.scopes import DEFAULT_WORKSPACE
 from app.search.embedder import Embedder
 from support.app import AppClient, Rpc, add_token, serve_app
-from support.databases import USE_PG
 
 T = TypeVar("T")
 
@@ -1255,17 +1253,6 @@ async def test_rate_limit_budgets_are_per_workspace(settings: Settings, embedder
 # ---------------------------------------------------------------- defects pinned for the lead
 
 
-KEYWORD_STATISTICS_OF_EVERY_WORKSPACE = (
-    "on SQLite a keyword score's weights use the number of decisions in the whole database "
-    "(app/search/repository/keyword.py word_counts: a count per workspace would read the "
-    "workspace's rows on every search) and FTS5's bm25() weighs words by the whole index: "
-    "scores (and at times the order of the results, never which can be found) move when "
-    "another workspace records decisions (docs/PROTOCOL.md, Workspaces). Postgres uses the "
-    "planner's estimate of the table's rows, which moves only when the table is analyzed"
-)
-
-
-@pytest.mark.xfail(not USE_PG, strict=True, reason=KEYWORD_STATISTICS_OF_EVERY_WORKSPACE)
 async def test_keyword_scores_count_no_other_workspace(client: AppClient, rpc: Rpc) -> None:
     """red's answer to a query is the same whatever ``default`` holds: its scores count
     nothing of another workspace (else a score tells red which words default's decisions

@@ -68,6 +68,6 @@ def test_a_word_is_one_fts5_string(word: str, phrase: str) -> None:
     assert keyword.fts5_phrase(word) == phrase
 
 
-def test_fts5_weights_follow_bm25() -> None:
-    assert keyword.fts5_idf(1000, 1) > keyword.fts5_idf(1000, 100) > 0
-    assert keyword.fts5_idf(10, 9) == pytest.approx(1e-6)  # FTS5's floor for common words
+def test_a_phrase_weighs_more_the_rarer_it_is_in_the_workspace() -> None:
+    assert keyword.bm25_idf(1000, 1) > keyword.bm25_idf(1000, 100) > 0
+    assert keyword.bm25_idf(10, 10) > 0  # a word every decision holds still counts a little
