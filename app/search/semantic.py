@@ -10,7 +10,7 @@ them, and only then leaves the filter to Chroma's ``where`` (``nearest``). The h
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy import Connection
 
@@ -185,3 +185,21 @@ def complete(conn: Connection, briefs: list[repository.Brief], tags: bool, reaso
         repository.add_tags(conn, briefs)
     if reasons:
         repository.add_reasons(conn, briefs)
+
+
+async def with_distances(
+    ctx: CallContext, vector: list[float], found: list[Match], workspace: str
+) -> list[Match]:
+    """``found`` (of ``workspace``) with the distance of each result that has none, from its
+    stored vector; left None for a decision the index does not hold. Raises
+    IndexUnavailable."""
+    missing = [m.decision.id for m in found if m.distance is None]
+    if not missing:
+        return found
+    known = await ctx.services.index.distances(vector, missing, workspace=workspace)
+    return [
+        m
+        if m.distance is not None or m.decision.id not in known
+        else replace(m, distance=max(0.0, known[m.decision.id]))
+        for m in found
+    ]
