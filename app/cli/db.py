@@ -128,6 +128,7 @@ def db_auditor_role(
     from sqlalchemy.ext.asyncio import create_async_engine
 
     from ..db import readers
+    from ..db.scram import scram_verifier
 
     url = load_settings().database_url
     backend = make_url(url).get_backend_name()
@@ -150,7 +151,7 @@ def db_auditor_role(
             if not password:
                 raise Failure(f"the environment variable {password_env} is not set or empty")
             readers.check_password(password)
-            verifier = readers.scram_verifier(password)
+            verifier = scram_verifier(password)
     except readers.ReaderRefused as exc:
         raise Failure(str(exc)) from None
 

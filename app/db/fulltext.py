@@ -52,8 +52,8 @@ def owned(name: str | None) -> bool:
 # ---------------------------------------------------------------- SQLite
 
 
-def _sqlite_tables(tokenizer: str) -> list[str]:
-    columns = ", ".join(COLUMNS)
+def _sqlite_tables(tokenizer: str, columns_of: tuple[str, ...] = COLUMNS) -> list[str]:
+    columns = ", ".join(columns_of)
     quoted = "'" + tokenizer.replace("'", "''") + "'"
     return [
         f"CREATE TABLE {KEYS} (id INTEGER PRIMARY KEY, decision_id VARCHAR(8) NOT NULL UNIQUE)",
@@ -94,18 +94,20 @@ _SQLITE_TRIGGERS = (
 )
 
 
-def _sqlite_fill() -> list[str]:
-    """Index the decisions already stored (reasons and tags in their recorded order)."""
+def _sqlite_fill(token: str | None = None) -> list[str]:
+    """Index the decisions already stored (reasons and tags in their recorded order); with
+    ``token``, the SQL of each row's workspace token too (the workspaces' layout)."""
+    column, value = ("", "") if token is None else (", workspace", f", {token}")
     return [
         f"INSERT INTO {KEYS} (decision_id) SELECT id FROM decisions ORDER BY created_at, id",
-        f"INSERT INTO {TABLE} (rowid, decision, context, reasons, tags) "
+        f"INSERT INTO {TABLE} (rowid, decision, context, reasons, tags{column}) "
         f"SELECT k.id, d.decision, coalesce(d.context, ''), "
         f"coalesce((SELECT group_concat(text, char(10)) FROM "
         f"(SELECT text FROM decision_reasons r WHERE r.decision_id = d.id "
         f"ORDER BY r.position, r.id)), ''), "
         f"coalesce((SELECT group_concat(tag, ' ') FROM "
         f"(SELECT tag FROM decision_tags t WHERE t.decision_id = d.id "
-        f"ORDER BY t.position)), '') "
+        f"ORDER BY t.position)), ''){value} "
         f"FROM {KEYS} k JOIN decisions d ON d.id = k.decision_id",
     ]
 
@@ -235,15 +237,6 @@ def _sqlite_token(expression: str) -> str:
     return f"('w' || hex({expression}) || '0')"
 
 
-def _sqlite_tables_v2(tokenizer: str) -> list[str]:
-    columns = ", ".join(COLUMNS_V2)
-    quoted = "'" + tokenizer.replace("'", "''") + "'"
-    return [
-        f"CREATE TABLE {KEYS} (id INTEGER PRIMARY KEY, decision_id VARCHAR(8) NOT NULL UNIQUE)",
-        f"CREATE VIRTUAL TABLE {TABLE} USING fts5({columns}, tokenize = {quoted})",
-    ]
-
-
 def _sqlite_triggers_v2() -> list[str]:
     first, *rest = _sqlite_triggers()
     assert first.startswith("CREATE TRIGGER trg_decisions_search_insert")
@@ -255,22 +248,6 @@ def _sqlite_triggers_v2() -> list[str]:
         f"coalesce(NEW.context, ''), '', '', {_sqlite_token('NEW.workspace')}); END"
     )
     return [insert, *rest]
-
-
-def _sqlite_fill_v2() -> list[str]:
-    """``_sqlite_fill`` with each decision's workspace token."""
-    return [
-        f"INSERT INTO {KEYS} (decision_id) SELECT id FROM decisions ORDER BY created_at, id",
-        f"INSERT INTO {TABLE} (rowid, decision, context, reasons, tags, workspace) "
-        f"SELECT k.id, d.decision, coalesce(d.context, ''), "
-        f"coalesce((SELECT group_concat(text, char(10)) FROM "
-        f"(SELECT text FROM decision_reasons r WHERE r.decision_id = d.id "
-        f"ORDER BY r.position, r.id)), ''), "
-        f"coalesce((SELECT group_concat(tag, ' ') FROM "
-        f"(SELECT tag FROM decision_tags t WHERE t.decision_id = d.id "
-        f"ORDER BY t.position)), ''), {_sqlite_token('d.workspace')} "
-        f"FROM {KEYS} k JOIN decisions d ON d.id = k.decision_id",
-    ]
 
 
 def _pg_lexeme(row: str) -> str:
@@ -294,8 +271,8 @@ def add_workspaces(dialect: str, *, tokenizer: str, config: str) -> list[str]:
     if dialect == "sqlite":
         return [
             *remove("sqlite"),
-            *_sqlite_tables_v2(tokenizer),
-            *_sqlite_fill_v2(),
+            *_sqlite_tables(tokenizer, COLUMNS_V2),
+            *_sqlite_fill(_sqlite_token("d.workspace")),
             *_sqlite_triggers_v2(),
         ]
     return [

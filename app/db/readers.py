@@ -28,10 +28,6 @@ digits, ``$``, ``:``) cannot end a string literal.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +35,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.scopes import is_workspace_id
+from app.scopes import workspace_problem
 
 TABLE = "audit_readers"
 POLICY = "workspace_readers"  # the policy revision 0012 puts on each audit table
@@ -53,8 +49,6 @@ RESERVED_ROLES = frozenset({"public", "none", "current_user", "session_user", "c
 # Two runs of the command at once would both find the role missing and one would fail on
 # CREATE ROLE: the second waits for the first instead (a transaction-scoped advisory lock).
 LOCK_KEY = 0x63737470_72656164  # "cstp" "read"
-
-SCRAM_ITERATIONS = 4096  # PostgreSQL's own default (scram_iterations)
 
 
 class ReaderRefused(Exception):
@@ -90,10 +84,9 @@ def check_role_name(role: str) -> None:
 
 
 def check_workspace(workspace: str) -> None:
-    if not is_workspace_id(workspace):
-        raise ReaderRefused(
-            f"{workspace!r} is not a workspace id: [a-z0-9][a-z0-9-]{{0,62}} (SPEC.md section 7)"
-        )
+    problem = workspace_problem(workspace)
+    if problem is not None:
+        raise ReaderRefused(f"{workspace!r} is not a workspace id: {problem}")
 
 
 def check_password(password: str) -> None:
@@ -103,23 +96,6 @@ def check_password(password: str) -> None:
         raise ReaderRefused(
             "the password must be non-empty printable ASCII (letters, digits, punctuation, spaces)"
         )
-
-
-def scram_verifier(
-    password: str, *, salt: bytes | None = None, iterations: int = SCRAM_ITERATIONS
-) -> str:
-    """The SCRAM-SHA-256 verifier PostgreSQL stores for ``password`` (RFC 5802, RFC 7677):
-    given as the role's password, it is stored as it is and the plaintext is never sent."""
-    salt = os.urandom(16) if salt is None else salt
-    salted = hashlib.pbkdf2_hmac("sha256", password.encode("ascii"), salt, iterations)
-    client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
-    stored_key = hashlib.sha256(client_key).digest()
-    server_key = hmac.new(salted, b"Server Key", hashlib.sha256).digest()
-
-    def b64(data: bytes) -> str:
-        return base64.b64encode(data).decode("ascii")
-
-    return f"SCRAM-SHA-256${iterations}:{b64(salt)}${b64(stored_key)}:{b64(server_key)}"
 
 
 # ---- the catalog ----------------------------------------------------------------------------

@@ -442,7 +442,8 @@ async def test_roles_row_level_security_would_not_hold_are_refused(
         assert one_line_error(result) == line
     bad_workspace = await cstp(database_url, "db", "auditor-role", "aud_x", "--workspace", "W 1")
     assert one_line_error(bad_workspace) == (
-        "Error: 'W 1' is not a workspace id: [a-z0-9][a-z0-9-]{0,62} (SPEC.md section 7)"
+        "Error: 'W 1' is not a workspace id: lower-case letters, digits and '-', a letter or "
+        "digit first, at most 63 characters"
     )
     assert await run_sql(database_url, f"SELECT * FROM {readers.TABLE}") == []
     assert await run_sql(database_url, "SELECT COUNT(*) AS n FROM intents") == [{"n": 0}]
