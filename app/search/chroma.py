@@ -6,6 +6,8 @@
   and dropped after a failure, so the next call reconnects. Every failure is ``IndexUnavailable``.
 - Chroma's upsert *merges* metadata (old keys survive); ``replace`` sends the old keys as None,
   which deletes them, so the new metadata replaces the old.
+- The reads a collection answers (``nearest``, ``distances``, ``metadata_of``) are functions of
+  a collection, run by ``ChromaCollection.run`` in a worker thread.
 """
 
 from __future__ import annotations
@@ -17,13 +19,15 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+import numpy as np
 from chromadb.api.client import Client
 from chromadb.api.models.Collection import Collection
+from chromadb.api.types import Include
 from chromadb.errors import NotFoundError
 
 from app.search.chroma_client import EF_SEARCH, SYNC_THRESHOLD, tuned
 from app.search.embedder import Embedder
-from app.search.types import IndexStats, IndexUnavailable, unavailable
+from app.search.types import Hit, IndexStats, IndexUnavailable, unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -196,6 +200,18 @@ class ChromaCollection:
                 logger.debug("closing the Chroma client failed", exc_info=True)
 
 
+def clean_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """Drop what Chroma rejects (None, empty lists); turn tuples into lists."""
+    cleaned: dict[str, Any] = {}
+    for key, value in metadata.items():
+        if isinstance(value, tuple):
+            value = list(value)
+        if value is None or (isinstance(value, list) and not value):
+            continue
+        cleaned[key] = value
+    return cleaned
+
+
 def replace(
     collection: Collection,
     ids: list[str],
@@ -217,3 +233,49 @@ def replace(
     # Chroma's annotations are narrower than what it takes: a list of float lists (they want an
     # invariant list of Sequences) and None for an entry with no metadata (it rejects {}).
     collection.upsert(ids=ids, embeddings=vectors, metadatas=final)  # type: ignore[arg-type]  # Chroma is stricter on paper, see above
+
+
+# ---- the reads of a collection (each run by ``ChromaCollection.run`` in a worker thread) ----
+
+
+def nearest(
+    embedding: list[float], where: dict[str, Any] | None, limit: int, metadata: bool
+) -> Callable[[Collection], list[Hit]]:
+    """The query of the ``limit`` nearest to ``embedding`` that satisfy ``where``, nearest
+    first (ties by id); without ``metadata``, hits with none (Chroma answers faster)."""
+    include: Include = ["metadatas", "distances"] if metadata else ["distances"]
+    queries: list[Sequence[float] | Sequence[int]] = [embedding]
+
+    def op(c: Collection) -> list[Hit]:
+        res = c.query(query_embeddings=queries, n_results=limit, where=where, include=include)
+        metas = (res["metadatas"] or [[]])[0] if metadata else []
+        distances = (res["distances"] or [[]])[0]
+        hits = [
+            Hit(i, float(d), dict(metas[n] or {}) if metadata else {})
+            for n, (i, d) in enumerate(zip(res["ids"][0], distances, strict=True))
+        ]
+        return sorted(hits, key=lambda h: (h.distance, h.id))
+
+    return op
+
+
+def distances(c: Collection, *, vector: Sequence[float], ids: list[str]) -> dict[str, float]:
+    """The cosine distance from ``vector`` to each of ``ids`` the collection holds, from
+    their stored vectors."""
+    res = c.get(ids=ids, include=["embeddings"])
+    found = res["ids"]
+    if not found or res["embeddings"] is None:
+        return {}
+    stored = np.asarray(res["embeddings"], dtype=np.float32)
+    query = np.asarray(vector, dtype=np.float32)
+    norms = np.linalg.norm(stored, axis=1) * float(np.linalg.norm(query))
+    cosine = (stored @ query) / np.where(norms == 0.0, 1.0, norms)
+    return {i: float(1.0 - value) for i, value in zip(found, cosine, strict=True)}
+
+
+def metadata_of(c: Collection, *, ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The stored metadata of each of ``ids`` the collection holds."""
+    res = c.get(ids=ids, include=["metadatas"])
+    found = res["ids"]  # the lists are parallel: entry n of each is record n
+    metadatas: Sequence[Mapping[str, Any] | None] = res["metadatas"] or [None] * len(found)
+    return {i: dict(m or {}) for i, m in zip(found, metadatas, strict=True)}

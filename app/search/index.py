@@ -30,18 +30,17 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
 from chromadb.api.client import Client
 from chromadb.api.models.Collection import Collection
-from chromadb.api.types import Include
 
 from app.db.base import DEFAULT_WORKSPACE
+from app.search import chroma as chroma_ops
 from app.search.batching import MAX_FLUSH_ENTRIES, WriteBatcher
-from app.search.chroma import ChromaCollection, replace
+from app.search.chroma import ChromaCollection, clean_metadata, replace
 from app.search.chroma_client import (
     CONNECT_TIMEOUT_S,
     REQUEST_TIMEOUT_S,
@@ -69,18 +68,6 @@ def collection_name(base: str, workspace: str) -> str:
         return base
     name = f"{base}{WORKSPACE_INFIX}{workspace}"
     return f"{name}.0" if workspace.endswith("-") else name
-
-
-def clean_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
-    """Drop what Chroma rejects (None, empty lists); turn tuples into lists."""
-    cleaned: dict[str, Any] = {}
-    for key, value in metadata.items():
-        if isinstance(value, tuple):
-            value = list(value)
-        if value is None or (isinstance(value, list) and not value):
-            continue
-        cleaned[key] = value
-    return cleaned
 
 
 class VectorIndex:
@@ -296,7 +283,7 @@ class VectorIndex:
             vector = self._embed_one(text)
             if limit < 1:
                 return vector, []
-            return vector, chroma.run(self._query_op(vector, where, limit, metadata))
+            return vector, chroma.run(chroma_ops.nearest(vector, where, limit, metadata))
 
         vector, hits = await self._health.call(work)
         self.stats.queries += 1
@@ -316,28 +303,9 @@ class VectorIndex:
         faster."""
         if limit < 1:
             return []
-        hits = await self._op(self._query_op(list(vector), where, limit, metadata), workspace)
+        hits = await self._op(chroma_ops.nearest(list(vector), where, limit, metadata), workspace)
         self.stats.queries += 1
         return hits
-
-    @staticmethod
-    def _query_op(
-        embedding: list[float], where: dict[str, Any] | None, limit: int, metadata: bool
-    ) -> Callable[[Collection], list[Hit]]:
-        include: Include = ["metadatas", "distances"] if metadata else ["distances"]
-        queries: list[Sequence[float] | Sequence[int]] = [embedding]
-
-        def op(c: Collection) -> list[Hit]:
-            res = c.query(query_embeddings=queries, n_results=limit, where=where, include=include)
-            metas = (res["metadatas"] or [[]])[0] if metadata else []
-            distances = (res["distances"] or [[]])[0]
-            hits = [
-                Hit(i, float(d), dict(metas[n] or {}) if metadata else {})
-                for n, (i, d) in enumerate(zip(res["ids"][0], distances, strict=True))
-            ]
-            return sorted(hits, key=lambda h: (h.distance, h.id))
-
-        return op
 
     async def distances(
         self, vector: Sequence[float], ids: Sequence[str], *, workspace: str
@@ -348,19 +316,9 @@ class VectorIndex:
         wanted = list(dict.fromkeys(ids))
         if not wanted:
             return {}
-
-        def op(c: Collection) -> dict[str, float]:
-            res = c.get(ids=wanted, include=["embeddings"])
-            found = res["ids"]
-            if not found or res["embeddings"] is None:
-                return {}
-            stored = np.asarray(res["embeddings"], dtype=np.float32)
-            query = np.asarray(vector, dtype=np.float32)
-            norms = np.linalg.norm(stored, axis=1) * float(np.linalg.norm(query))
-            cosine = (stored @ query) / np.where(norms == 0.0, 1.0, norms)
-            return {i: float(1.0 - value) for i, value in zip(found, cosine, strict=True)}
-
-        return await self._op(op, workspace)
+        return await self._op(
+            functools.partial(chroma_ops.distances, vector=vector, ids=wanted), workspace
+        )
 
     async def get_metadata(
         self, ids: Sequence[str], *, workspace: str
@@ -370,14 +328,7 @@ class VectorIndex:
         wanted = list(dict.fromkeys(ids))
         if not wanted:
             return {}
-
-        def op(c: Collection) -> dict[str, dict[str, Any]]:
-            res = c.get(ids=wanted, include=["metadatas"])
-            found = res["ids"]  # the lists are parallel: entry n of each is record n
-            metadatas: Sequence[Mapping[str, Any] | None] = res["metadatas"] or [None] * len(found)
-            return {i: dict(m or {}) for i, m in zip(found, metadatas, strict=True)}
-
-        return await self._op(op, workspace)
+        return await self._op(functools.partial(chroma_ops.metadata_of, ids=wanted), workspace)
 
     async def count(self, workspace: str = DEFAULT_WORKSPACE) -> int:
         """Number of documents indexed for ``workspace``."""
