@@ -122,19 +122,10 @@ class Side:
     client: RpcClient | None = None
 
 
-def database_token(prepared: Prepared, source: Path) -> str:
+def database_token(prepared: Prepared) -> str:
     """A token of the bench's agent made with ``cstp tokens create`` on the side's database."""
-    done = subprocess.run(
-        [sys.executable, "-m", "app.cli", "tokens", "create", "--agent", "bench", "--json"],
-        cwd=source,
-        env=prepared.server.env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise BenchError(f"cstp tokens create failed: {done.stderr.strip()[-300:]}")
-    return str(json.loads(done.stdout)["token"])
+    made = prepared.cstp("tokens", "create", "--agent", "bench", "--json")
+    return str(json.loads(made)["token"])
 
 
 def blocks(diffs: list[float]) -> list[float]:
@@ -251,7 +242,7 @@ async def compare(args: argparse.Namespace, a: Side, b: Side) -> dict[str, Any]:
     for side, letter in ((a, "a"), (b, "b")):
         token = side.prepared.token
         if getattr(args, f"{letter}_token") == "database":
-            token = database_token(side.prepared, getattr(args, f"{letter}_source"))
+            token = database_token(side.prepared)
             log(f"[{side.name}] measured calls use a database token")
         side.client = RpcClient(side.prepared.server.base_url, token)
     try:

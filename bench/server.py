@@ -249,6 +249,21 @@ class Prepared:
     pg_name: str | None
     database: str  # "sqlite" or "postgres:<name>", for the report
 
+    def cstp(self, *args: str) -> str:
+        """``cstp ARGS`` on this server's database (its own working tree and settings); its
+        stdout. A failure is a BenchError with the end of what it printed."""
+        done = subprocess.run(
+            [sys.executable, "-m", "app.cli", *args],
+            cwd=self.server.source,
+            env=self.server.env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise BenchError(f"cstp {args[0]} failed: {done.stderr.strip()[-500:]}")
+        return done.stdout
+
     def drop_database(self, database_url: str | None, log: Callable[[str], None]) -> None:
         """Drop the Postgres database made for the run, saying so either way."""
         if not (self.pg_name and database_url):

@@ -19,7 +19,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -77,21 +76,6 @@ def journal(root: Path, count: int, gen: Generator) -> None:
         (folder / f"decision-{n:08x}.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
 
 
-def cli(prepared: Prepared, *args: str) -> str:
-    """``cstp ARGS`` against the prepared server's database; its stdout."""
-    done = subprocess.run(
-        [sys.executable, "-m", "app.cli", *args],
-        cwd=REPO_ROOT,
-        env=prepared.server.env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise BenchError(f"cstp {args[0]} failed: {done.stderr.strip()[-500:]}")
-    return done.stdout
-
-
 async def record(client: RpcClient, gen: Generator, count: int) -> set[str]:
     """Record ``count`` decisions, eight calls at a time; their ids."""
     ids: set[str] = set()
@@ -133,10 +117,10 @@ async def bench(args: argparse.Namespace, prepared: Prepared) -> dict[str, Any]:
         tree = prepared.tmp / "journal"
         journal(tree, args.big, gen)
         log(f"[seed] {args.big} files written in {time.monotonic() - started:.0f} s; importing")
-        cli(prepared, "import", str(tree))
+        prepared.cstp("import", str(tree))
         log(f"[seed] imported into default in {time.monotonic() - started:.0f} s")
     made = json.loads(
-        cli(prepared, "tokens", "create", "--agent", "small-agent", "--workspace", SMALL, "--json")
+        prepared.cstp("tokens", "create", "--agent", "small-agent", "--workspace", SMALL, "--json")
     )
     prepared.server.start()
     await prepared.server.wait_healthy(300)
