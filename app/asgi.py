@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from litestar import Litestar
 
 from .access.lookup import TokenLookup
+from .approvals import expiry as approval_expiry
 from .auth import LOCAL_AGENT, TokenTable, ensure_local_token, load_tokens
 from .config import ConfigError, Settings
 from .mcp.http import build_mcp_mount
@@ -88,6 +89,8 @@ def create_app(
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         if start_relay and settings.relay_enabled:
             services.background.append(asyncio.create_task(services.relay.loop()))
+            expiring = approval_expiry.loop(services.db, services.runtime.now)
+            services.background.append(asyncio.create_task(expiring))
         if freeze_heap:
             # What a started server holds (the model, the index, the engines, the imported
             # code) lives as long as the process: frozen, a full collection no longer walks

@@ -3,6 +3,7 @@ JSON-RPC face, the MCP face and the agent card all read."""
 
 from __future__ import annotations
 
+from .approvals import ops as approvals_ops
 from .calibration import ops as calibration_ops
 from .decisions import ops as decisions_ops
 from .guardrails import ops as guardrails_ops
@@ -13,6 +14,14 @@ from .search import ops as search_ops
 
 def build_registry() -> Registry:
     registry = Registry()
-    for context in (decisions_ops, calibration_ops, guardrails_ops, search_ops, intents_ops):
+    contexts = (
+        decisions_ops,
+        calibration_ops,
+        guardrails_ops,
+        search_ops,
+        intents_ops,
+        approvals_ops,
+    )
+    for context in contexts:
         context.register(registry)
     return registry

@@ -216,6 +216,15 @@ def _row(table: Table, columns: tuple[str, ...], values: Mapping[str, Any]) -> d
     return out
 
 
+def _child_row(child: Child, values: Mapping[str, Any]) -> dict[str, Any]:
+    out = _row(child.table, child.columns, values)
+    for c in child.later:  # a member only when not NULL (app.audit.tables)
+        v = values.get(c)
+        if v is not None:
+            out[c] = value_of(v, child.table.c[c].type)
+    return out
+
+
 def _natural_key(child: Child, row: dict[str, Any]) -> tuple[Any, ...]:
     # None first, then by value; numbers and strings never share a key column
     return tuple([(row[c] is not None, row[c]) for c in child.order])
@@ -256,9 +265,7 @@ def document(
         if v is not None and v != default:
             out[c] = value_of(v, audited.table.c[c].type)
     for child in audited.children:
-        rows = [
-            _row(child.table, child.columns, r) for r in (children or {}).get(child.table.name, ())
-        ]
+        rows = [_child_row(child, r) for r in (children or {}).get(child.table.name, ())]
         _sort_rows(child, rows)
         out[child.table.name] = rows
     return out

@@ -141,7 +141,9 @@ def _fetch(
     # Only the listed columns, and the later ones the table has: a column that a later
     # migration adds does not exist yet when the migration that builds the chain runs.
     columns = audited.columns + later_columns(conn, audited)
-    return repository.fetch(conn, audited, keys, columns, raw=raw)
+    return repository.fetch(
+        conn, audited, keys, columns, raw=raw, child_columns=child_columns(conn, audited)
+    )
 
 
 def later_columns(conn: Connection, audited: Audited) -> tuple[str, ...]:
@@ -152,6 +154,18 @@ def later_columns(conn: Connection, audited: Audited) -> tuple[str, ...]:
         return ()
     present = {c["name"] for c in inspect(conn).get_columns(audited.table.name)}
     return tuple(c for c in later if c in present)
+
+
+def child_columns(conn: Connection, audited: Audited) -> dict[str, tuple[str, ...]]:
+    """Each child table's listed columns and the later ones it has in this database."""
+    out = {}
+    for child in audited.children:
+        later: tuple[str, ...] = ()
+        if child.later:
+            present = {c["name"] for c in inspect(conn).get_columns(child.table.name)}
+            later = tuple(c for c in child.later if c in present)
+        out[child.table.name] = child.columns + later
+    return out
 
 
 def load(conn: Connection, audited: Audited, row_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -175,8 +189,7 @@ def load_checked(
             read = row(values, audited.table, tuple(values))
             kids = {
                 child.table.name: [
-                    row(k, child.table, child.columns)
-                    for k in children[r].get(child.table.name, ())
+                    row(k, child.table, tuple(k)) for k in children[r].get(child.table.name, ())
                 ]
                 for child in audited.children
             }

@@ -8,17 +8,20 @@ from dataclasses import dataclass
 
 from sqlalchemy import Table
 
+from app.db.approvals import Approval, ApprovalDecision
 from app.db.base import table_of
 from app.db.decisions import Decision, DecisionReason, DecisionReview, DecisionTag
 from app.db.guardrails import GuardrailEvaluation, GuardrailRuleResult
 from app.db.intents import Intent, IntentMatch
 from app.db.tokens import ApiTokenGrant
 
-FORMAT = 3
+FORMAT = 4
 """The canonical form's format: the column lists below. Any change to them is a new format.
 Format 2 adds ``intents.search_degraded`` (revision 0011) as a ``later`` column; format 3 the
 ``workspace`` of every audited row (revision 0012), a member only for another workspace than
-``default``."""
+``default``; format 4 (revision 0016) ``guardrail_evaluations.escalations`` and
+``guardrail_rule_results.would_escalate`` as ``later`` columns (NULL unless an escalate rule
+applied), and the approvals tables."""
 
 WORKSPACE = (("workspace", "default"),)
 
@@ -29,6 +32,9 @@ class Child:
     parent: str  # the column that names the parent row
     columns: tuple[str, ...]
     order: tuple[str, ...]  # the natural key the rows are ordered by
+    # Columns a later format added: a member of a child row only when not NULL (as
+    # ``Audited.later``).
+    later: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -124,8 +130,10 @@ EVALUATIONS = Audited(
                 "error",
             ),
             ("guardrail_id",),
+            later=("would_escalate",),
         ),
     ),
+    later=("escalations",),
 )
 DECISIONS = Audited(
     table_of(Decision),
@@ -208,8 +216,45 @@ TOKEN_GRANTS = Audited(
     later_defaults=(),
 )
 
+# Approvals (revision 0016): every column, the workspace among them (newer than workspaces).
+APPROVALS = Audited(
+    table_of(Approval),
+    "id",
+    "created_at",
+    (
+        "id",
+        "workspace",
+        "evaluation_id",
+        "source",
+        "requested_by",
+        "correlation_id",
+        "action",
+        "action_sha256",
+        "rules",
+        "created_at",
+        "expires_at",
+    ),
+    later_defaults=(),
+)
+APPROVAL_DECISIONS = Audited(
+    table_of(ApprovalDecision),
+    "approval_id",
+    "decided_at",
+    ("approval_id", "workspace", "verdict", "decided_by", "decided_at", "reason"),
+    later_defaults=(),
+)
+
 AUDITED: dict[str, Audited] = {
-    a.name: a for a in (EVALUATIONS, INTENTS, DECISIONS, REVIEWS, TOKEN_GRANTS)
+    a.name: a
+    for a in (
+        EVALUATIONS,
+        INTENTS,
+        DECISIONS,
+        REVIEWS,
+        TOKEN_GRANTS,
+        APPROVALS,
+        APPROVAL_DECISIONS,
+    )
 }
 """Every audited table, by name; in the order rows created at the same instant are chained
 by the migration that built the chain over existing rows (an evaluation before the intent or

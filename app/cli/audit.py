@@ -5,6 +5,7 @@ snapshot of the configured database. Registered on ``cstp`` by app.cli."""
 from __future__ import annotations
 
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -105,12 +106,17 @@ def audit_verify(checkpoint_files: tuple[Path, ...], start: int) -> None:
         sys.exit(1)
 
 
+def _escalations(count: int) -> str:
+    return f", escalations {count}" if count else ""
+
+
 @click.command("replay")
 @click.argument("evaluation_id")
 def guardrails_replay(evaluation_id: str) -> None:
     """Evaluate a stored guardrail evaluation again with the rule set it used, and say
     whether the verdict is the same (exit 0), different (1), or cannot be replayed (2)."""
-    from ..guardrails.replay import CannotReplay, replay
+    from ..approvals.service import status_of
+    from ..guardrails.replay import CannotReplay, replay, verdict_word
     from ..runtime import iso
 
     def work(conn: Any) -> Any:
@@ -126,11 +132,25 @@ def guardrails_replay(evaluation_id: str) -> None:
         f"evaluation {ev['id']} ({ev['source']}, agent {ev['agent']}, "
         f"{iso(ev['evaluated_at'])})\n"
         f"rule set {ev['rule_set_hash']} (version {rules.version}, {len(rules.rules)} rules)\n"
-        f"stored:   allowed {str(bool(ev['allowed'])).lower()}, evaluated {ev['evaluated']}, "
-        f"violations {ev['violations']}, warnings {ev['warnings']}\n"
-        f"replayed: allowed {str(result.allowed).lower()}, evaluated {evaluated}, "
-        f"violations {violations}, warnings {warnings}"
+        f"stored:   allowed {str(bool(ev['allowed'])).lower()} "
+        f"({verdict_word(ev['violations'], ev.get('escalations'))}), evaluated {ev['evaluated']}, "
+        f"violations {ev['violations']}, warnings {ev['warnings']}"
+        f"{_escalations(ev.get('escalations') or 0)}\n"
+        f"replayed: allowed {str(result.allowed).lower()} "
+        f"({verdict_word(violations, result.escalations)}), evaluated {evaluated}, "
+        f"violations {violations}, warnings {warnings}{_escalations(result.escalations)}"
     )
+    approval = result.approval
+    if approval is not None:
+        status = status_of(approval.verdict, approval.expires_at, datetime.now(UTC))
+        how = f"approval {approval.id}: {status}"
+        if approval.decided_by is not None:
+            how += f" by {approval.decided_by} at {iso(approval.decided_at)}"
+        elif status == "expired":
+            how += f" at {iso(approval.expires_at)}"
+        else:
+            how += f" (expires {iso(approval.expires_at)})"
+        echo_lines(how + (f": {approval.reason}" if approval.reason else ""))
     for difference in result.differences:
         echo(f"  differs: {difference}")
     click.echo("same verdict" if result.same else "DIFFERENT verdict")

@@ -37,6 +37,9 @@ class GuardrailEvaluation(Base):
     # (NULL for evaluations stored before rule sets were kept). No foreign key: SQLite would
     # rebuild this append-only table to add one.
     rule_set_hash: Mapped[str | None] = mapped_column(String(64), index=True)
+    # How many enforced escalate rules fired or failed (revision 0016; NULL before it). They
+    # asked for a person's approval when no block rule fired (``approvals``).
+    escalations: Mapped[int | None] = mapped_column(Integer)
 
 
 class GuardrailRuleResult(Base):
@@ -55,6 +58,9 @@ class GuardrailRuleResult(Base):
     mode: Mapped[str] = mapped_column(String(8), default="enforce", server_default="enforce")
     would_block: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     would_warn: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # An escalate rule's only (revision 0016): a shadow one's "would have asked for approval";
+    # NULL for the other actions and before 0016.
+    would_escalate: Mapped[bool | None] = mapped_column(Boolean)
 
 
 class GuardrailRuleSet(Base):

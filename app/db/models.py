@@ -1,5 +1,6 @@
 """Every table of the schema, imported in one place so Alembic sees the whole metadata."""
 
+from .approvals import Approval, ApprovalDecision
 from .audit import AuditEntry
 from .base import Base
 from .decisions import Decision, DecisionReason, DecisionReview, DecisionTag, WorkspaceDecisions
@@ -11,6 +12,8 @@ from .tokens import ApiToken, ApiTokenGrant
 __all__ = [
     "ApiToken",
     "ApiTokenGrant",
+    "Approval",
+    "ApprovalDecision",
     "AuditEntry",
     "Base",
     "Decision",

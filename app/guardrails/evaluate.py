@@ -5,6 +5,10 @@ the caller can store that verdict (with ``version``) for audit. A rule that cann
 fails closed when it blocks: a type mix-up in a request must never wave a risky action through.
 A shadow rule is evaluated the same way, but only its audit record (``RuleCheck.would``) says
 what it would have done: it never touches the verdict, the counts or the answer.
+
+An escalate rule that fires asks for a person's approval (SPEC.md, section 8); one that cannot
+be evaluated fails closed the same way (it asks). Block always wins: when a block rule fires
+too, the evaluation is blocked, not escalated, and nobody is asked.
 """
 
 from __future__ import annotations
@@ -66,17 +70,27 @@ class RuleCheck:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """The verdict. ``allowed`` is False exactly when an enforced block rule fired or failed;
-    ``evaluated`` counts the enforced rules that applied (shadow ones are only in ``results``)."""
+    """The verdict. ``allowed`` is False exactly when an enforced block or escalate rule fired
+    or failed; ``evaluated`` counts the enforced rules that applied (shadow ones are only in
+    ``results``). ``escalations`` are the escalate rules that fired or failed; they ask for
+    approval only when no block rule did (``escalated``)."""
 
     allowed: bool
     violations: tuple[RuleResult, ...]
     warnings: tuple[RuleResult, ...]
+    escalations: tuple[RuleResult, ...]
     evaluated: int
     errors: int
     failed: bool
     results: tuple[RuleCheck, ...]
     version: str
+    # Seconds until the approval expires: the shortest timeout of the escalations.
+    timeout: int | None = None
+
+    @property
+    def escalated(self) -> bool:
+        """A person must approve: an escalate rule fired and no block rule did."""
+        return bool(self.escalations) and not self.violations
 
 
 def evaluate(rule_set: RuleSet, facts: Mapping[str, Any], scope: str | None) -> Evaluation:
@@ -84,12 +98,14 @@ def evaluate(rule_set: RuleSet, facts: Mapping[str, Any], scope: str | None) -> 
     applicable = rule_set.applicable(scope)
     violations: list[RuleResult] = []
     warnings: list[RuleResult] = []
+    escalations: list[RuleResult] = []
+    timeouts: list[int] = []
     checks: list[RuleCheck] = []
     errors = enforced = 0
     for rule in applicable:
         shadow = rule.mode == "shadow"
         enforced += not shadow
-        bucket = violations if rule.action == "block" else warnings
+        bucket = {"block": violations, "warn": warnings, "escalate": escalations}[rule.action]
         try:
             fired = rule_fires(rule, facts)
         except Exception as exc:  # any failure must fail closed, not crash
@@ -99,6 +115,8 @@ def evaluate(rule_set: RuleSet, facts: Mapping[str, Any], scope: str | None) -> 
                 checks.append(_shadow(rule, True, message, detail))
                 continue
             errors += 1
+            if rule.timeout is not None:
+                timeouts.append(rule.timeout)
             checks.append(RuleCheck(rule.id, rule.action, False, detail, message=message))
             bucket.append(
                 RuleResult(
@@ -117,6 +135,8 @@ def evaluate(rule_set: RuleSet, facts: Mapping[str, Any], scope: str | None) -> 
             continue
         checks.append(RuleCheck(rule.id, rule.action, fired=fired, message=rendered))
         if rendered is not None:
+            if rule.timeout is not None:
+                timeouts.append(rule.timeout)
             bucket.append(
                 RuleResult(
                     guardrail_id=rule.id,
@@ -127,14 +147,16 @@ def evaluate(rule_set: RuleSet, facts: Mapping[str, Any], scope: str | None) -> 
                 )
             )
     return Evaluation(
-        allowed=not violations,
+        allowed=not violations and not escalations,
         violations=tuple(violations),
         warnings=tuple(warnings),
+        escalations=tuple(escalations),
         evaluated=enforced,
         errors=errors,
         failed=bool(enforced) and errors == enforced,
         results=tuple(checks),
         version=rule_set.version,
+        timeout=min(timeouts) if timeouts else None,
     )
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from app import scopes
-from app.errors import GUARDRAIL_EVAL_FAILED
+from app.errors import CONFLICT, DECISION_NOT_FOUND, GUARDRAIL_EVAL_FAILED
 from app.operations.context import CallContext
 from app.operations.params import known_category
 from app.operations.registry import Operation, Registry
 
-from .rules import Condition, Rule
+from .rules import Condition, Rule, timeout_text
 from .schemas import (
     CheckGuardrailsParams,
     CheckGuardrailsResult,
@@ -25,7 +25,7 @@ async def check_guardrails(ctx: CallContext, p: CheckGuardrailsParams) -> CheckG
     if a.category is not None:
         known_category(a.category, ctx.services.settings.categories, "action.category")
     request = Request(a.description, a.category, a.stakes, a.confidence, a.project, a.context)
-    checked = await check(ctx, request, source="checkGuardrails")
+    checked = await check(ctx, request, source="checkGuardrails", approval_id=p.approval_id)
     return checked.result(ctx.agent)
 
 
@@ -51,6 +51,7 @@ def _listed(rule: Rule) -> GuardrailOut:
         conditions=[_condition(c) for c in rule.conditions],
         requirements=[_condition(c) for c in rule.requirements],
         suggestion=rule.suggestion,
+        timeout=None if rule.timeout is None else timeout_text(rule.timeout),
     )
 
 
@@ -70,8 +71,10 @@ def register(registry: Registry) -> None:
             "Check whether the organisation's guardrails allow an action, without announcing it: "
             "give its description, category, stakes, your confidence and the facts the rules "
             "read (context, e.g. affects_production, code_review). Answers allowed (false: a "
-            "blocking rule fired, do not proceed), the violations and warnings with suggestions.",
-            errors=(GUARDRAIL_EVAL_FAILED,),
+            "blocking rule fired, do not proceed), the violations and warnings with suggestions. "
+            "When a rule asks for a person's approval, escalation names it (approvalId, status, "
+            "expiresAt): once it is approved, check again with that approvalId.",
+            errors=(GUARDRAIL_EVAL_FAILED, DECISION_NOT_FOUND, CONFLICT),
             tool="check_guardrails",
             scopes=(scopes.ANNOUNCE,),
         )

@@ -16,10 +16,15 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from app.approvals import repository as approvals
+
 from . import repository
 from .evaluate import evaluate
 from .repository import RESULT_FIELDS
 from .rules import RuleSet, rule_set_from_content
+from .service import rule_columns
+
+_FLAGS = ("fired", "would_block", "would_warn", "would_escalate")
 
 
 class CannotReplay(Exception):
@@ -32,11 +37,21 @@ class Replayed:
     rule_set: RuleSet
     allowed: bool  # the replayed verdict
     counts: tuple[int, int, int]  # replayed (evaluated, violations, warnings)
+    escalations: int  # replayed: the escalate rules that fired or failed
+    # The approval the evaluation asked for, with its decision (app.approvals.repository)
+    approval: Any = None
     differences: list[str] = field(default_factory=list)
 
     @property
     def same(self) -> bool:
         return not self.differences
+
+
+def verdict_word(violations: int, escalations: int | None) -> str:
+    """blocked, escalated (asked a person: no block rule fired) or allowed."""
+    if violations:
+        return "blocked"
+    return "escalated" if escalations else "allowed"
 
 
 def _rule_set(conn: Connection, evaluation: dict[str, Any]) -> RuleSet:
@@ -79,20 +94,10 @@ def replay(conn: Connection, evaluation_id: str) -> Replayed:
         )
     rule_set = _rule_set(conn, stored)
     ev = evaluate(rule_set, stored["facts"] or {}, stored["project"])
-    replayed = {
-        c.guardrail_id: {
-            "severity": c.severity,
-            "mode": c.mode,
-            "fired": c.fired,
-            "would_block": c.would and c.severity == "block",
-            "would_warn": c.would and c.severity == "warn",
-            "message": c.message,
-            "error": c.error,
-        }
-        for c in ev.results
-    }
+    replayed = {c.guardrail_id: rule_columns(c) for c in ev.results}
     counts = (ev.evaluated, len(ev.violations), len(ev.warnings))
-    out = Replayed(stored, rule_set, ev.allowed, counts)
+    approval = approvals.by_evaluation(conn, evaluation_id)
+    out = Replayed(stored, rule_set, ev.allowed, counts, len(ev.escalations), approval)
     if bool(stored["allowed"]) != ev.allowed:
         out.differences.append(
             f"allowed: stored {_text(stored['allowed'])}, replayed {_text(ev.allowed)}"
@@ -100,6 +105,10 @@ def replay(conn: Connection, evaluation_id: str) -> Replayed:
     for name, value in zip(("evaluated", "violations", "warnings"), counts, strict=True):
         if stored[name] != value:
             out.differences.append(f"{name}: stored {stored[name]}, replayed {value}")
+    if (stored.get("escalations") or 0) != out.escalations:
+        out.differences.append(
+            f"escalations: stored {stored.get('escalations') or 0}, replayed {out.escalations}"
+        )
     for rule_id in sorted(kept.keys() | replayed.keys()):
         before, after = kept.get(rule_id), replayed.get(rule_id)
         if before is None:
@@ -108,9 +117,10 @@ def replay(conn: Connection, evaluation_id: str) -> Replayed:
             out.differences.append(f"rule {rule_id}: stored, does not apply now")
         else:
             for f in RESULT_FIELDS:
-                if (
-                    bool(before[f]) if f in ("fired", "would_block", "would_warn") else before[f]
-                ) != after[f]:
+                kept_value = before[f]
+                if f in _FLAGS and kept_value is not None:  # SQLite may hand back 0/1
+                    kept_value = bool(kept_value)
+                if kept_value != after[f]:
                     out.differences.append(
                         f"rule {rule_id}: {f} stored {_text(before[f])}, replayed {_text(after[f])}"
                     )

@@ -19,7 +19,16 @@ from app.db.base import table_of
 from app.db.guardrails import GuardrailEvaluation, GuardrailRuleResult, GuardrailRuleSet
 
 #: The columns of a rule's stored result a replay compares.
-RESULT_FIELDS = ("severity", "mode", "fired", "would_block", "would_warn", "message", "error")
+RESULT_FIELDS = (
+    "severity",
+    "mode",
+    "fired",
+    "would_block",
+    "would_warn",
+    "would_escalate",
+    "message",
+    "error",
+)
 
 _EVALUATIONS = table_of(GuardrailEvaluation)
 _RESULTS = table_of(GuardrailRuleResult)

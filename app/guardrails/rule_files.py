@@ -20,6 +20,7 @@ from .rules import (
     _REQUIRED_KEYS,
     _RULE_KEYS,
     ACTIONS,
+    DEFAULT_TIMEOUT,
     ID_PATTERN,
     LIST_OPERATORS,
     MODES,
@@ -30,6 +31,7 @@ from .rules import (
     RuleFileError,
     RuleSet,
     Scalar,
+    parse_timeout,
     rule_set_version,
 )
 
@@ -140,7 +142,9 @@ class _FileParser:
             raise self.fail(keys["id"], f"invalid id '{rule_id}' (use only a-z, 0-9 and '-')")
         action = self.scalar(keys["action"], "action")
         if action not in ACTIONS:
-            raise self.fail(keys["action"], f"unknown action '{action}' (expected block or warn)")
+            raise self.fail(
+                keys["action"], f"unknown action '{action}' (expected block, warn or escalate)"
+            )
         suggestion = keys.get("suggestion")
         mode = self.scalar(keys["mode"], "mode") if "mode" in keys else "enforce"
         if mode not in MODES:
@@ -148,7 +152,7 @@ class _FileParser:
         rule = Rule(
             id=rule_id,
             description=self.text(keys["description"], "description"),
-            action="block" if action == "block" else "warn",
+            action="block" if action == "block" else "escalate" if action == "escalate" else "warn",
             scope=tuple(
                 self.text(n, "scope entry") for n in self.sequence(keys.get("scope"), "scope")
             ),
@@ -160,8 +164,25 @@ class _FileParser:
             else self.text(suggestion, "suggestion"),
             source=str(self.path),
             mode="shadow" if mode == "shadow" else "enforce",
+            timeout=self.timeout(keys.get("timeout"), action),
         )
         return rule, keys["id"].start_mark.line + 1
+
+    def timeout(self, node: Node | None, action: Scalar) -> int | None:
+        """An escalate rule's timeout in seconds (default one hour); no other rule has one."""
+        if action != "escalate":
+            if node is not None:
+                raise self.fail(node, "only an escalate rule has a timeout")
+            return None
+        if node is None:
+            return DEFAULT_TIMEOUT
+        value = self.scalar(node, "timeout")
+        seconds = parse_timeout(value) if isinstance(value, str) else None
+        if seconds is None:
+            raise self.fail(
+                node, f"invalid timeout '{value}' (expected <n>s, <n>m, <n>h or <n>d, e.g. 30m)"
+            )
+        return seconds
 
     def conditions(self, node: Node | None, what: str) -> tuple[Condition, ...]:
         return tuple(self.condition(item) for item in self.sequence(node, what))

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
-Action: TypeAlias = Literal["block", "warn"]
+Action: TypeAlias = Literal["block", "warn", "escalate"]
 Mode: TypeAlias = Literal["enforce", "shadow"]
 Scalar: TypeAlias = str | int | float | bool
 
-ACTIONS: tuple[str, ...] = ("block", "warn")
+ACTIONS: tuple[str, ...] = ("block", "warn", "escalate")
 MODES: tuple[str, ...] = ("enforce", "shadow")
 OPERATORS: tuple[str, ...] = ("==", "!=", "<", "<=", ">", ">=", "in", "not in")
 LIST_OPERATORS = frozenset({"in", "not in"})
@@ -25,7 +25,20 @@ ORDER_OPERATORS = frozenset({"<", "<=", ">", ">="})
 ID_PATTERN = re.compile(r"[a-z0-9-]+")
 
 _REQUIRED_KEYS = ("id", "description", "action", "message")
-_RULE_KEYS = (*_REQUIRED_KEYS, "mode", "scope", "conditions", "requirements", "suggestion")
+_RULE_KEYS = (
+    *_REQUIRED_KEYS,
+    "mode",
+    "scope",
+    "conditions",
+    "requirements",
+    "suggestion",
+    "timeout",
+)
+DEFAULT_TIMEOUT = 3600
+"""How long an escalate rule's approval waits for a person, in seconds, when its rule says
+nothing (SPEC.md, section 8: ``1h``)."""
+_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+TIMEOUT_PATTERN = re.compile(r"([1-9][0-9]{0,6})([smhd])")
 CONTENT_FORMAT = 1
 """The format of a rule set's stored content (``RuleSet.content``)."""
 _CONDITION_KEYS = ("field", "operator", "op", "value")
@@ -63,7 +76,9 @@ class Rule:
     """A validated guardrail; ``source`` is for operators' logs, never for API clients.
 
     ``mode`` ``shadow``: the rule is evaluated and its result stored (would_block /
-    would_warn), but it never takes part in the verdict or the answer."""
+    would_warn / would_escalate), but it never takes part in the verdict or the answer.
+    ``timeout`` (seconds) is an escalate rule's: how long its approval waits for a person;
+    None for the other actions."""
 
     id: str
     description: str
@@ -75,6 +90,7 @@ class Rule:
     suggestion: str | None
     source: str = ""
     mode: Mode = "enforce"
+    timeout: int | None = None
 
     def applies_to(self, scope: str | None) -> bool:
         """Unscoped rules apply everywhere; scoped ones only to the listed projects."""
@@ -91,11 +107,15 @@ class Rule:
             "conditions": [c.as_dict() for c in self.conditions],
             "requirements": [c.as_dict() for c in self.requirements],
         }
+        if self.timeout is not None:  # an escalate rule's only: the others' dicts are as before
+            out["timeout"] = timeout_text(self.timeout)
         return out if self.suggestion is None else {**out, "suggestion": self.suggestion}
 
     def content(self) -> dict[str, Any]:
-        """Everything that decides what the rule does and says, for ``RuleSet.content``."""
-        return {
+        """Everything that decides what the rule does and says, for ``RuleSet.content`` (an
+        escalate rule's ``timeout`` too: the content of a rule set without one is as before,
+        and so is its hash)."""
+        out = {
             "id": self.id,
             "description": self.description,
             "action": self.action,
@@ -106,6 +126,21 @@ class Rule:
             "message": self.message,
             "suggestion": self.suggestion,
         }
+        return out if self.timeout is None else {**out, "timeout": self.timeout}
+
+
+def timeout_text(seconds: int) -> str:
+    """A timeout as a rule file would write it, in its largest whole unit (``90m``, ``2h``)."""
+    for unit, size in _UNITS.items():
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"  # unreachable: every whole number of seconds divides by 1
+
+
+def parse_timeout(text: str) -> int | None:
+    """``<n>s``, ``<n>m``, ``<n>h`` or ``<n>d`` as seconds; None when it is none of those."""
+    match = TIMEOUT_PATTERN.fullmatch(text)
+    return None if match is None else int(match.group(1)) * _UNITS[match.group(2)]
 
 
 def _condition_content(condition: Condition) -> dict[str, Any]:
@@ -174,6 +209,7 @@ def _rule_from_content(item: dict[str, Any], source: str) -> Rule:
         suggestion=item["suggestion"],
         source=source,
         mode=item["mode"],
+        timeout=item.get("timeout"),
     )
 
 

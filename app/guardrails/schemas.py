@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from msgspec import Meta
 
+from app.approvals.schemas import ApprovalId, Escalation
 from app.wire import FreeForm, NonBlank, ShortText, Stakes, Struct, Unit
 
 
@@ -20,6 +21,9 @@ class ActionIn(Struct):
 
 class CheckGuardrailsParams(Struct):
     action: ActionIn
+    # An approval this agent asked for the same action (SPEC.md, section 8): once approved,
+    # the escalation it answers is allowed.
+    approval_id: ApprovalId | None = None
 
 
 class ListGuardrailsParams(Struct):
@@ -38,15 +42,18 @@ class GuardrailHit(Struct, omit_defaults=True):
 
 
 # announceIntent's ``guardrailStatus``, rendered by app.guardrails.service (Checked.status).
-class GuardrailStatus(Struct):
+# omit_defaults: ``escalation`` is there only when an escalate rule asked for approval.
+class GuardrailStatus(Struct, omit_defaults=True):
     allowed: bool
     violations: list[GuardrailHit]
     warnings: list[GuardrailHit]
     evaluated: int
     evaluation_id: str
+    escalation: Escalation | None = None
 
 
-class CheckGuardrailsResult(Struct):
+# omit_defaults: ``escalation`` is there only when an escalate rule asked for approval.
+class CheckGuardrailsResult(Struct, omit_defaults=True):
     allowed: bool
     violations: list[GuardrailHit]
     warnings: list[GuardrailHit]
@@ -55,6 +62,7 @@ class CheckGuardrailsResult(Struct):
     agent: str
     evaluation_id: str
     rule_set_version: str
+    escalation: Escalation | None = None
 
 
 class ConditionOut(Struct):
@@ -66,15 +74,18 @@ class ConditionOut(Struct):
 
 # omit_defaults: ``suggestion`` is absent when the rule has none.
 class GuardrailOut(Struct, omit_defaults=True):
+    """``timeout`` is an escalate rule's only (how long its approval waits, e.g. ``1h``)."""
+
     id: str
     description: str
-    action: Literal["block", "warn"]
+    action: Literal["block", "warn", "escalate"]
     # "shadow": evaluated and stored, never part of a verdict (docs/GUARDRAILS.md)
     mode: Literal["enforce", "shadow"]
     scope: list[str]
     conditions: list[ConditionOut]
     requirements: list[ConditionOut]
     suggestion: str | None = None
+    timeout: str | None = None
 
 
 class ListGuardrailsResult(Struct):

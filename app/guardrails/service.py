@@ -8,17 +8,20 @@ the audit trail (app.audit) in the same transaction.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, cast
 
 from sqlalchemy import Engine, event
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
+from app.approvals import service as approvals
+from app.approvals.schemas import Escalation
 from app.audit.canonical import Covered, covered
 from app.audit.chain import append
 from app.errors import GUARDRAIL_EVAL_FAILED, CstpError
@@ -26,7 +29,7 @@ from app.operations.context import CallContext
 from app.runtime import iso
 
 from . import repository
-from .evaluate import Evaluation, RuleResult, evaluate
+from .evaluate import Evaluation, RuleCheck, RuleResult, evaluate
 from .rules import RuleSet
 from .schemas import CheckGuardrailsResult, GuardrailHit, GuardrailStatus
 
@@ -57,6 +60,18 @@ def facts_of(request: Request) -> dict[str, Any]:
     return {k: v for k, v in facts.items() if v is not None}
 
 
+def action_of(request: Request) -> dict[str, Any]:
+    """The action as an approval keeps it: what was evaluated, as the caller gave it."""
+    return {
+        "description": request.description,
+        "category": request.category,
+        "stakes": request.stakes,
+        "confidence": request.confidence,
+        "project": request.project,
+        "context": _jsonable(dict(request.context)),
+    }
+
+
 def scope_of(request: Request) -> str | None:
     if request.project:
         return request.project
@@ -66,15 +81,25 @@ def scope_of(request: Request) -> str | None:
 
 @dataclass(frozen=True)
 class Checked:
+    """An evaluation's verdict as answered; ``escalation`` is the approval an escalated one
+    asked for (or already had), which allows the action once approved."""
+
     evaluation: Evaluation
     evaluation_id: str
     evaluated_at: str
+    escalation: Escalation | None = None
+
+    @property
+    def allowed(self) -> bool:
+        if self.escalation is not None and self.evaluation.escalated:
+            return self.escalation.status == "approved"
+        return self.evaluation.allowed
 
     def result(self, agent: str) -> CheckGuardrailsResult:
         """The checkGuardrails answer: the verdict, when, for whom and by which rule set."""
         ev = self.evaluation
         return CheckGuardrailsResult(
-            allowed=ev.allowed,
+            allowed=self.allowed,
             violations=hits(ev.violations),
             warnings=hits(ev.warnings),
             evaluated=ev.evaluated,
@@ -82,17 +107,19 @@ class Checked:
             agent=agent,
             evaluation_id=self.evaluation_id,
             rule_set_version=ev.version,
+            escalation=self.escalation,
         )
 
     def status(self) -> GuardrailStatus:
         """The verdict as announceIntent's ``guardrailStatus``: the same hits and counts."""
         ev = self.evaluation
         return GuardrailStatus(
-            allowed=ev.allowed,
+            allowed=self.allowed,
             violations=hits(ev.violations),
             warnings=hits(ev.warnings),
             evaluated=ev.evaluated,
             evaluation_id=self.evaluation_id,
+            escalation=self.escalation,
         )
 
 
@@ -103,7 +130,8 @@ def hits(results: Sequence[RuleResult]) -> list[GuardrailHit]:
             guardrail_id=r.guardrail_id,
             name=r.name,
             message=r.message,
-            severity=r.severity,
+            # hits are of block and warn rules (escalate rules fire as an ``escalation``)
+            severity=cast(Literal["block", "warn"], r.severity),
             suggestion=r.suggestion,
         )
         for r in results
@@ -118,6 +146,7 @@ class Staged:
     row: dict[str, Any]  # the guardrail_evaluations row, by column
     rule_rows: list[dict[str, Any]]
     rule_set: RuleSet
+    request: Request
 
     @functools.cached_property
     def entry(self) -> Covered:
@@ -126,6 +155,43 @@ class Staged:
         return covered(
             "guardrail_evaluations", self.row, {"guardrail_rule_results": self.rule_rows}
         )
+
+    def escalate(
+        self, ctx: CallContext, existing: Any, correlation_id: str | None
+    ) -> tuple[Staged, approvals.Requested | None]:
+        """This escalated evaluation with its approval: ``existing`` (a row of
+        app.approvals.repository: the request already has one) or a new one, returned to be
+        written with the evaluation (app.approvals.service.resolve)."""
+        ev = self.checked.evaluation
+        assert ev.escalated and ev.timeout is not None
+        escalation, requested = approvals.resolve(
+            ctx,
+            existing=existing,
+            evaluation_id=self.checked.evaluation_id,
+            source=self.row["source"],
+            correlation_id=correlation_id,
+            action=action_of(self.request),
+            rules=[r.guardrail_id for r in ev.escalations],
+            timeout=ev.timeout,
+        )
+        checked = dataclasses.replace(self.checked, escalation=escalation)
+        return dataclasses.replace(self, checked=checked), requested
+
+
+def rule_columns(check: RuleCheck) -> dict[str, Any]:
+    """A rule's result as ``guardrail_rule_results`` stores it (and a replay compares it):
+    ``would_escalate`` is an escalate rule's only, NULL for the others (as before 0016)."""
+    return {
+        "guardrail_id": check.guardrail_id,
+        "severity": check.severity,
+        "mode": check.mode,
+        "fired": check.fired,
+        "would_block": check.would and check.severity == "block",
+        "would_warn": check.would and check.severity == "warn",
+        "would_escalate": check.would if check.severity == "escalate" else None,
+        "message": check.message,
+        "error": check.error,
+    }
 
 
 def evaluate_request(ctx: CallContext, request: Request, source: str) -> Staged:
@@ -159,30 +225,25 @@ def evaluate_request(ctx: CallContext, request: Request, source: str) -> Staged:
         "warnings": len(evaluation.warnings),
         "rule_set_version": evaluation.version,
         "rule_set_hash": rules.hash,
+        # NULL unless an escalate rule fired: the rows of the others are as before 0016
+        "escalations": len(evaluation.escalations) or None,
     }
     rule_rows = [
-        {
-            "evaluation_id": evaluation_id,
-            "workspace": ctx.workspace,
-            "guardrail_id": c.guardrail_id,
-            "severity": c.severity,
-            "mode": c.mode,
-            "fired": c.fired,
-            "would_block": c.would and c.severity == "block",
-            "would_warn": c.would and c.severity == "warn",
-            "message": c.message,
-            "error": c.error,
-        }
+        {"evaluation_id": evaluation_id, "workspace": ctx.workspace, **rule_columns(c)}
         for c in evaluation.results
     ]
-    return Staged(Checked(evaluation, evaluation_id, iso(now)), row, rule_rows, rules)
+    return Staged(Checked(evaluation, evaluation_id, iso(now)), row, rule_rows, rules, request)
 
 
-async def store(session: AsyncSession, staged: Sequence[Staged]) -> None:
+async def store(
+    session: AsyncSession,
+    staged: Sequence[Staged],
+    requested: Sequence[approvals.Requested] = (),
+) -> None:
     """Write evaluations: their rule sets when not stored yet, one insert for the evaluation
-    rows, then one for all their per-rule rows, and their audit chain entries (written when
-    the transaction commits). Plain Core inserts: nothing reads these rows back as ORM
-    objects."""
+    rows, then one for all their per-rule rows, the approvals they asked for, and their audit
+    chain entries (written when the transaction commits). Plain Core inserts: nothing reads
+    these rows back as ORM objects."""
     if not staged:
         return
     # digested before the first statement: on SQLite that takes the write lock
@@ -191,6 +252,7 @@ async def store(session: AsyncSession, staged: Sequence[Staged]) -> None:
     rule_rows = [r for s in staged for r in s.rule_rows]
     await repository.insert_evaluations(session, [s.row for s in staged], rule_rows)
     append(session, *entries)
+    await approvals.store(session, requested)
 
 
 # The rule sets known to be stored, per database engine: once a process has seen its rule
@@ -223,10 +285,18 @@ async def _store_rule_sets(session: AsyncSession, rule_sets: Mapping[str, RuleSe
     event.listen(session.sync_session, "after_commit", remember, once=True)
 
 
-async def check(ctx: CallContext, request: Request, source: str) -> Checked:
-    """Evaluate and store in the call's transaction (see ``evaluate_request``)."""
+async def check(
+    ctx: CallContext, request: Request, source: str, approval_id: str | None = None
+) -> Checked:
+    """Evaluate and store in the call's transaction (see ``evaluate_request``). An escalated
+    evaluation asks for a new approval, or, given ``approval_id`` (an approval this agent
+    asked for, else -32007), answers with that one's status."""
+    existing = None if approval_id is None else await approvals.own(ctx, approval_id)
     staged = evaluate_request(ctx, request, source)
-    await store(ctx.session, [staged])
+    requested = None
+    if staged.checked.evaluation.escalated:
+        staged, requested = staged.escalate(ctx, existing, None)
+    await store(ctx.session, [staged], [requested] if requested else [])
     return staged.checked
 
 

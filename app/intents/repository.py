@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Row, bindparam, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.approvals.repository import insert_approvals
 from app.db.base import table_of
 from app.db.intents import Intent, IntentMatch
 from app.operations.context import CallContext
@@ -75,11 +76,16 @@ async def insert_intents(session: AsyncSession, rows: Sequence[dict[str, Any]]) 
     await session.execute(_INSERT_INTENTS, rows)
 
 
-async def insert_intent_unless_taken(session: AsyncSession, row: dict[str, Any]) -> bool:
-    """Insert one ``intents`` row under a savepoint: False, with nothing written, when its
-    correlation id is already taken by this agent's successful announcement."""
+async def insert_intent_unless_taken(
+    session: AsyncSession, row: dict[str, Any], approval: dict[str, Any] | None = None
+) -> bool:
+    """Insert one ``intents`` row (and the ``approvals`` row its escalation asked for) under
+    a savepoint: False, with nothing written, when its correlation id is already taken by
+    this agent's successful announcement, or its approval by an escalated one."""
     try:
         async with session.begin_nested():
+            if approval is not None:
+                await insert_approvals(session, [approval])
             await session.execute(_INSERT_INTENTS, [row])
     except IntegrityError:
         return False

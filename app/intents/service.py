@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, cast
 
 import msgspec
 
+from app.approvals import service as approvals
 from app.audit.canonical import covered
 from app.errors import CONFLICT, CstpError, storage_error
 from app.guardrails.service import Request, evaluate_request
@@ -88,7 +89,14 @@ def _replay(stored: StoredIntent, fingerprint: str) -> AnnounceIntentResult:
     return _decoder.decode(stored.response)
 
 
-async def announce(ctx: CallContext, p: AnnounceIntentParams) -> AnnounceIntentResult:
+async def announce(
+    ctx: CallContext, p: AnnounceIntentParams, *, again: bool = False
+) -> AnnounceIntentResult:
+    """Answer an announcement and record it (see the module docstring). An escalated one is
+    never replayed from its stored answer: each re-announcement of its correlationId is
+    evaluated again, recorded as an intent row of its own (outcome ``escalated`` while its
+    approval is not approved) and answered with where its approval stands; once approved,
+    the answer is allowed and stored as any other (outcome ``ok``), so a retry replays it."""
     runtime = ctx.services.runtime
     correlation_id = p.correlation_id or runtime.uuid()
     fingerprint = request_hash(p)
@@ -109,6 +117,14 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> AnnounceIntentR
         Request(p.intent, p.category, p.stakes, p.confidence, p.project, p.metadata),
         source="announceIntent",
     )
+    requested = None
+    if staged.checked.evaluation.escalated:
+        existing = (
+            None
+            if p.correlation_id is None
+            else await approvals.by_correlation(ctx, p.correlation_id)
+        )
+        staged, requested = staged.escalate(ctx, existing, correlation_id)
     checked = staged.checked
     shown = [similar_item(f) for f in found]
     ev = checked.evaluation
@@ -132,7 +148,8 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> AnnounceIntentR
         "agent": ctx.agent,
         "workspace": ctx.workspace,
         "received_at": received_at,
-        "outcome": "ok",
+        # not approved (yet): a re-announcement is evaluated again, never replayed
+        "outcome": "ok" if checked.allowed or checked.escalation is None else "escalated",
         "intent": p.intent,
         "context": p.context,
         "category": p.category,
@@ -141,7 +158,7 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> AnnounceIntentR
         "metadata": p.metadata,
         "claimed_agent": msgspec.to_builtins(p.agent) if p.agent else None,
         "request_hash": fingerprint,
-        "allowed": ev.allowed,
+        "allowed": checked.allowed,
         "evaluation_id": checked.evaluation_id,
         "similar_found": len(found),
         "search_degraded": True if searched.degraded else None,
@@ -169,8 +186,13 @@ async def announce(ctx: CallContext, p: AnnounceIntentParams) -> AnnounceIntentR
         matches,
         covered("intents", row, {"intent_matches": matches}),
         callers_correlation=p.correlation_id is not None,
+        approval=requested,
     )
     written = await ctx.services.announcer.write(announcement)
+    if not written and requested is not None and not again:
+        # A concurrent announcement of this correlationId asked for its approval first:
+        # answer as a re-announcement of it does.
+        return await announce(ctx, p, again=True)
     if not written:
         # A concurrent retry with the same correlationId committed first: answer as it did.
         stored = await repository.stored(ctx, correlation_id)

@@ -1,9 +1,10 @@
 """The audit rows of an announcement, written in batches.
 
-An announcement writes its guardrail evaluation, its ``intents`` row, the decisions it was
-shown (``intent_matches``) and their audit chain entries. ``write_rows`` writes those of one
-or more announcements in a transaction: one INSERT per table for all of them, and a savepoint
-for each that carries a correlation id of the caller's (a retry may have taken it).
+An announcement writes its guardrail evaluation, the approval it asked for (if it escalated),
+its ``intents`` row, the decisions it was shown (``intent_matches``) and their audit chain
+entries. ``write_rows`` writes those of one or more announcements in a transaction: one
+INSERT per table for all of them, and a savepoint for each that carries a correlation id of
+the caller's (a retry may have taken it, or asked for its approval).
 ``IntentWriter`` commits the announcements that queued while the previous transaction was
 written in one transaction (app.batches: why, and what a lone call costs), on either database.
 
@@ -20,6 +21,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.approvals import service as approvals
 from app.audit.canonical import Covered
 from app.audit.chain import append
 from app.batches import Batcher, each_alone
@@ -38,21 +40,34 @@ class Announcement:
     matches: list[dict[str, Any]]  # its intent_matches rows
     entry: Covered  # the intents row's audit chain entry
     callers_correlation: bool  # the correlation id is the caller's: a retry may hold it
+    approval: approvals.Requested | None = None  # the approval an escalation asked for
 
 
 async def write_rows(session: AsyncSession, announcements: Sequence[Announcement]) -> list[bool]:
     """Write ``announcements`` in ``session``'s transaction. Per announcement, True when its
-    intent row was written, False when its correlation id was already taken by a successful
-    announcement of the same agent (committed before, or earlier in the same group): its
-    evaluation is written all the same, and the caller answers as the stored one did."""
-    await store(session, [a.evaluation for a in announcements])
+    intent row (and the approval it asked for) was written, False when its correlation id
+    was already taken by a successful announcement of the same agent, or its approval by an
+    escalated one (committed before, or earlier in the same group): its evaluation is written
+    all the same, and the caller answers as the stored one did."""
+    # a correlation id of the server's making is fresh: no retry can race for it
+    fresh = [a for a in announcements if not a.callers_correlation]
+    await store(
+        session,
+        [a.evaluation for a in announcements],
+        [a.approval for a in fresh if a.approval is not None],
+    )
     written = [not a.callers_correlation for a in announcements]
-    fresh = [a.row for a in announcements if not a.callers_correlation]
-    if fresh:  # a correlation id of the server's making is fresh: no retry can race for it
-        await repository.insert_intents(session, fresh)
+    if fresh:
+        await repository.insert_intents(session, [a.row for a in fresh])
     for i, announcement in enumerate(announcements):
         if announcement.callers_correlation:
-            written[i] = await repository.insert_intent_unless_taken(session, announcement.row)
+            written[i] = await repository.insert_intent_unless_taken(
+                session,
+                announcement.row,
+                None if announcement.approval is None else announcement.approval.row,
+            )
+            if written[i] and announcement.approval is not None:
+                append(session, announcement.approval.entry)
     matches = [m for a, ok in zip(announcements, written, strict=True) if ok for m in a.matches]
     if matches:
         await repository.insert_matches(session, matches)

@@ -89,7 +89,7 @@ async def test_an_old_verdict_is_replayed_with_the_old_rules_after_they_changed(
     url = settings.database_url
     replayed = await cstp(url, "guardrails", "replay", old["evaluationId"])
     assert replayed.exit_code == 0, replayed.output
-    assert "stored:   allowed false" in replayed.output
+    assert "stored:   allowed false (blocked)" in replayed.output
     assert "replayed: allowed false" in replayed.output
     assert replayed.output.rstrip().endswith("same verdict")
     assert f"(version {old['ruleSetVersion']}, 8 rules)" in replayed.output

@@ -33,8 +33,11 @@ BIN = Path(sys.executable).parent
 TOOLS = [
     "announce_intent",
     "check_guardrails",
+    "decide_approval",
+    "get_approval",
     "get_calibration",
     "get_decision",
+    "list_approvals",
     "list_decisions",
     "list_guardrails",
     "query_decisions",

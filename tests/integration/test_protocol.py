@@ -32,6 +32,9 @@ SECTION = re.compile(r"^### (\S+)\n(.*?)(?=^#{2,3} |\Z)", re.S | re.M)
 JSON_BLOCK = re.compile(r"```json\n(.*?)```", re.S)
 
 
+APPROVAL_METHODS = ("cstp.getApproval", "cstp.listApprovals", "cstp.decideApproval")
+
+
 def sections() -> dict[str, str]:
     return {m.group(1): m.group(2) for m in SECTION.finditer(PROTOCOL.read_text())}
 
@@ -141,6 +144,8 @@ async def test_every_example_validates_and_its_answer_matches_the_result_schema(
     order = list(sections())
     by_name = {m["name"]: m for m in document["methods"]}
     for name in order:
+        if name in APPROVAL_METHODS:  # need an escalation: tests/integration/test_approvals.py
+            continue
         request = example(name)
         params = request.get("params")
         if recorded_id is not None and isinstance(params, dict) and params.get("id"):

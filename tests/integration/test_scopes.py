@@ -40,6 +40,9 @@ PARAMS: dict[str, dict[str, Any]] = {
     "cstp.listGuardrails": {},
     "cstp.getCalibration": {},
     "rpc.discover": {},
+    "cstp.getApproval": {"id": "0123abcd-0000-4000-8000-000000000000"},
+    "cstp.listApprovals": {},
+    "cstp.decideApproval": {"id": "0123abcd-0000-4000-8000-000000000000", "verdict": "approve"},
 }
 
 
@@ -134,9 +137,10 @@ async def mcp_tools(client: AppClient, token: str) -> list[str]:
 async def test_mcp_lists_only_the_tools_a_token_may_call(client: AppClient) -> None:
     with_role(client, "token-auditor", "auditor")
     with_role(client, "token-monitor", "monitor")
-    every = sorted(op.tool for op in REGISTRY.tools() if op.tool)
-    assert await mcp_tools(client, "token-alice") == every
+    assert await mcp_tools(client, "token-alice") == sorted(
+        op.tool for op in REGISTRY.tools() if op.tool and set(op.scopes) & ROLES["agent"]
+    )
     assert await mcp_tools(client, "token-auditor") == sorted(
-        op.tool for op in REGISTRY.tools() if op.tool and "read" in op.scopes
+        op.tool for op in REGISTRY.tools() if op.tool and set(op.scopes) & ROLES["auditor"]
     )
     assert await mcp_tools(client, "token-monitor") == []

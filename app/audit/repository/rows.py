@@ -4,7 +4,7 @@ review columns against the latest review, rule sets against their evaluations)."
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -47,10 +47,12 @@ def fetch(
     columns: Sequence[str],
     *,
     raw: bool,
+    child_columns: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[dict[str, dict[str, Any]], Children]:
     """The stored rows among ``keys`` (key as text -> column -> value, for ``columns``) and
-    their child rows (key as text -> child table -> rows); with ``raw``, the values as the
-    database returns them, without the column types' conversions."""
+    their child rows (key as text -> child table -> rows, for ``child_columns`` of that table,
+    by default its ``Child.columns``); with ``raw``, the values as the database returns them,
+    without the column types' conversions."""
 
     def col(table: Table, name: str) -> Any:
         c = table.c[name]
@@ -66,7 +68,8 @@ def fetch(
     children: Children = {r: {} for r in rows}
     for child in audited.children:
         parent = child.table.c[child.parent]
-        wanted = select(parent, *(col(child.table, c) for c in child.columns))
+        listed_children = (child_columns or {}).get(child.table.name, child.columns)
+        wanted = select(parent, *(col(child.table, c) for c in listed_children))
         for r in conn.execute(wanted.where(parent.in_(keys))).mappings():
             children[str(r[child.parent])].setdefault(child.table.name, []).append(dict(r))
     return rows, children

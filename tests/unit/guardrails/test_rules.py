@@ -134,7 +134,7 @@ LOAD_ERRORS = [
     (
         "guardrails:\n  - id: ok\n    description: d\n    action: deny\n    message: m\n",
         4,
-        "unknown action 'deny' (expected block or warn)",
+        "unknown action 'deny' (expected block, warn or escalate)",
     ),
     (
         RULE_HEAD + "    conditions:\n      - field: x\n        op: '=~'\n        value: 1\n",

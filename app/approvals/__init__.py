@@ -1,0 +1,1 @@
+"""Approvals: a person's answer to an escalated guardrail evaluation (SPEC.md, section 8)."""
