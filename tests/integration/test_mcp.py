@@ -153,11 +153,15 @@ async def error_of(session: ClientSession, tool: str, arguments: dict[str, Any])
 
 
 async def the_same_calls(
-    session: ClientSession, server: Server, database_url: str, correlation_id: str
+    session: ClientSession,
+    server: Server,
+    database_url: str,
+    correlation_id: str,
+    listed: list[str],
 ) -> None:
     """List the tools, announce, record with the correlationId, find it, check the rows."""
     tools = (await session.list_tools()).tools
-    assert sorted(t.name for t in tools) == TOOLS
+    assert sorted(t.name for t in tools) == listed
     document = build_document(build_registry())
     discover = {m["name"]: m for m in document.methods}
     by_name = {t.name: t for t in tools}
@@ -227,7 +231,9 @@ async def the_same_calls(
 
 async def test_mcp_over_streamable_http(server: Server, database_url: str) -> None:
     async with http_session(server, "token-alice") as session:
-        await the_same_calls(session, server, database_url, "mcp-http-1")
+        # over HTTP, only the tools an agent's token may call (no approver's tools)
+        agents = [t for t in TOOLS if t not in ("decide_approval", "list_approvals")]
+        await the_same_calls(session, server, database_url, "mcp-http-1", agents)
 
 
 async def test_mcp_over_stdio_forwards_to_the_running_server(
@@ -235,7 +241,8 @@ async def test_mcp_over_stdio_forwards_to_the_running_server(
 ) -> None:
     transcript = tmp_path / "stdout.jsonl"
     async with stdio_session(server, "token-alice", transcript) as session:
-        await the_same_calls(session, server, database_url, "mcp-stdio-1")
+        # stdio lists every tool; the server it forwards to checks each call's scope
+        await the_same_calls(session, server, database_url, "mcp-stdio-1", TOOLS)
     # Nothing but protocol on stdout: every line a JSON-RPC message (the SDK's client would
     # skip a stray line and go on, so it is checked here).
     lines = transcript.read_text().splitlines()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from .approvals import approvals
 from .decisions import get_cmd, list_cmd, query_cmd, record_cmd, review_cmd
 from .guidance import announce_cmd, calibration_cmd, check_cmd, guardrails_cmd
 
@@ -17,6 +18,7 @@ COMMANDS = (
     list_cmd,
     calibration_cmd,
     guardrails_cmd,
+    approvals,
 )
 
 

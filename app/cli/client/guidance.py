@@ -37,6 +37,7 @@ from .transport import Caller
     metavar="KEY=VALUE",
     help="A fact the rules read, e.g. affects_production=true; repeatable.",
 )
+@click.option("--approval-id", help="An approval you asked for this action (once approved).")
 @client_options
 def check_cmd(
     cstp: Caller,
@@ -46,6 +47,7 @@ def check_cmd(
     confidence: float | None,
     project: str | None,
     context: tuple[str, ...],
+    approval_id: str | None,
 ) -> None:
     """Ask whether the guardrails allow an action.
 
@@ -64,7 +66,9 @@ def check_cmd(
         context,
         "--context",
     )
-    result = cstp.call("cstp.checkGuardrails", {"action": action})
+    result = cstp.call(
+        "cstp.checkGuardrails", compact({"action": action, "approvalId": approval_id})
+    )
     if cstp.as_json:
         return print_json(result)
     guardrail_verdict(result)

@@ -195,3 +195,12 @@ def guardrail_verdict(status: dict[str, Any]) -> None:
     )
     _rule_items("violations", list(status.get("violations") or []))
     _rule_items("warnings", list(status.get("warnings") or []))
+    escalation = status.get("escalation")
+    if escalation:  # an escalate rule asked a person: where its approval stands
+        kv(
+            [
+                ("approval", f"{escalation['status']} ({escalation['approvalId']})"),
+                ("expiresAt", escalation.get("expiresAt")),
+                ("asked by", ", ".join(escalation.get("rules") or [])),
+            ]
+        )
