@@ -88,6 +88,8 @@ def create_app(
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         if start_relay and settings.relay_enabled:
             services.background.append(asyncio.create_task(services.relay.loop()))
+            # Webhooks: in every server process too; leases keep one process per subscription.
+            services.background.append(asyncio.create_task(services.webhooks.loop()))
         if freeze_heap:
             # What a started server holds (the model, the index, the engines, the imported
             # code) lives as long as the process: frozen, a full collection no longer walks
