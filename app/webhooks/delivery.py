@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING
 import httpx
 from standardwebhooks import Webhook
 
+from app.runtime import utc_now
 from app.version import __version__
 
 from . import repository
@@ -337,7 +338,8 @@ class WebhookRelay:
     async def _attempt(self, url: str, signer: Webhook, first: Head) -> Outcome:
         """Sign ``first`` now and post it; what the receiver's answer means."""
         body = first.body.encode("utf-8")
-        at = self.runtime.now()
+        # The wall clock, not the injected one: receivers check the timestamp against theirs.
+        at = utc_now()
         headers = {
             "content-type": "application/json",
             "webhook-id": first.message_id,

@@ -11,8 +11,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from .repository import add_deliveries, fan_out, subscribers
 from .events import Message, message
+from .repository import add_deliveries, fan_out, subscribers
 
 
 async def enqueue(
