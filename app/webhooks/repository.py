@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Text, cast, func, literal, or_, select, update
+from sqlalchemy import String, Text, bindparam, cast, func, literal, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.dml import Insert
@@ -62,22 +62,45 @@ def _wants(event: str) -> Any:
 # ---- the fan-out ----------------------------------------------------------------------------
 
 
-async def fan_out(session: AsyncSession, m: Message) -> None:
-    """One statement: a delivery of ``m`` for each active subscription of its workspace that
-    asks for its event (INSERT … SELECT; nothing when it has none)."""
+def _fan_out_statement(dialect: str) -> Insert:
+    """INSERT … SELECT of one message for each active subscription of its workspace that asks
+    for its event. Built once per dialect (``_FAN_OUT``), its values bound at each run: a
+    statement built per call cost more than running it."""
     chosen = select(
         _S.c.workspace,
         _S.c.id,
-        literal(m.event),
-        literal(m.message_id),
-        literal(m.body, Text),
+        bindparam("event", type_=String()),
+        bindparam("message_id", type_=String()),
+        bindparam("body", type_=Text()),
         literal(PENDING),
         literal(0),
-        literal(m.at, UtcDateTime()),
-        literal(m.at, UtcDateTime()),
-    ).where(_S.c.workspace == m.workspace, _S.c.removed_at.is_(None), _wants(m.event))
+        bindparam("at", type_=UtcDateTime()),
+        bindparam("at", type_=UtcDateTime()),
+    ).where(
+        _S.c.workspace == bindparam("workspace", type_=String()),
+        _S.c.removed_at.is_(None),
+        cast(_S.c.events, Text).like(bindparam("pattern", type_=String())),
+    )
+    return _insert_ignoring_repeats(dialect).from_select(_DELIVERY_COLUMNS, chosen)
+
+
+_FAN_OUT = {dialect: _fan_out_statement(dialect) for dialect in ("sqlite", "postgresql")}
+
+
+async def fan_out(session: AsyncSession, m: Message) -> None:
+    """One statement: a delivery of ``m`` for each active subscription of its workspace that
+    asks for its event (nothing when it has none). The JSON list of the subscription's events
+    holds the quoted name (event names have no character JSON escapes)."""
     await session.execute(
-        _insert_ignoring_repeats(_dialect(session)).from_select(_DELIVERY_COLUMNS, chosen)
+        _FAN_OUT[_dialect(session)],
+        {
+            "event": m.event,
+            "message_id": m.message_id,
+            "body": m.body,
+            "at": m.at,
+            "workspace": m.workspace,
+            "pattern": f'%"{m.event}"%',
+        },
     )
 
 
@@ -89,13 +112,14 @@ class Subscriber:
     created_at: datetime
 
 
+_SUBSCRIBERS = select(_S.c.id, _S.c.workspace, _S.c.events, _S.c.created_at).where(
+    _S.c.workspace.in_(bindparam("workspaces", expanding=True)), _S.c.removed_at.is_(None)
+)
+
+
 async def subscribers(session: AsyncSession, workspaces: Sequence[str]) -> list[Subscriber]:
-    """The active subscriptions of ``workspaces`` (one statement)."""
-    rows = await session.execute(
-        select(_S.c.id, _S.c.workspace, _S.c.events, _S.c.created_at).where(
-            _S.c.workspace.in_(list(workspaces)), _S.c.removed_at.is_(None)
-        )
-    )
+    """The active subscriptions of ``workspaces`` (one statement, built once)."""
+    rows = await session.execute(_SUBSCRIBERS, {"workspaces": list(workspaces)})
     return [Subscriber(r.id, r.workspace, tuple(r.events), r.created_at) for r in rows]
 
 
