@@ -434,3 +434,12 @@ async def test_a_receiver_down_for_3_minutes_gets_every_event_after(
     rows = await deliveries(settings.database_url)
     assert {r["status"] for r in rows} == {"done"}, rows
     assert (await admin.counts(services.db)) == {"pending": 0, "dead": 0}
+
+
+async def test_a_malformed_webhook_key_is_one_line(settings: Settings) -> None:
+    result = await cstp(settings, "webhooks", "list", CSTP_WEBHOOK_KEY="too-short")
+    assert result.exit_code == 1
+    assert "CSTP_WEBHOOK_KEY must be 32 bytes written in base64" in result.stderr
+    assert "too-short" not in result.stderr  # a key's text is never echoed
+    good = base64.urlsafe_b64encode(os.urandom(32)).decode()
+    assert (await cstp(settings, "webhooks", "list", CSTP_WEBHOOK_KEY=good)).exit_code == 0
