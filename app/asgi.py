@@ -91,6 +91,8 @@ def create_app(
             services.background.append(asyncio.create_task(services.relay.loop()))
             expiring = approval_expiry.loop(services.db, services.runtime.now)
             services.background.append(asyncio.create_task(expiring))
+            # Webhooks: in every server process too; leases keep one process per subscription.
+            services.background.append(asyncio.create_task(services.webhooks.loop()))
         if freeze_heap:
             # What a started server holds (the model, the index, the engines, the imported
             # code) lives as long as the process: frozen, a full collection no longer walks

@@ -6,6 +6,7 @@ tests can build several apps with different settings in one process.
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 from collections.abc import Mapping
@@ -62,6 +63,10 @@ class Settings:
     # The audit chain's HMAC key (CSTP_AUDIT_KEY or CSTP_AUDIT_KEY_FILE); None: a plain
     # SHA-256 chain. Never stored in the database, never shown (docs/AUDIT.md).
     audit_key: bytes | None = field(default=None, repr=False)
+    # The key that seals webhook signing secrets in the database (CSTP_WEBHOOK_KEY, 32 bytes
+    # given as base64); None: the key file in the data directory, made on first use
+    # (app/webhooks/secrets.py). Never stored in the database, never shown.
+    webhook_key: bytes | None = field(default=None, repr=False)
 
     @property
     def is_sqlite(self) -> bool:
@@ -106,6 +111,7 @@ class Settings:
             retrieval_mode=_retrieval_mode(env.get("CSTP_RETRIEVAL_MODE")),
             mcp_allowed_hosts=_hosts(env.get("CSTP_MCP_ALLOWED_HOSTS")),
             audit_key=audit_key_from_env(env),
+            webhook_key=webhook_key_from_env(env),
         )
 
 
@@ -138,6 +144,37 @@ def audit_key_from_env(env: Mapping[str, str] | None = None) -> bytes | None:
             "(e.g. `openssl rand -hex 32`)"
         )
     return key
+
+
+WEBHOOK_KEY_BYTES = 32
+
+
+def webhook_key_from_env(env: Mapping[str, str] | None = None) -> bytes | None:
+    """``CSTP_WEBHOOK_KEY``: 32 random bytes written in base64 (``openssl rand -base64 32``;
+    the URL-safe alphabet works too). The AES-256-GCM key that seals webhook signing secrets
+    in the database; None when unset (app/webhooks/secrets.py then uses a key file)."""
+    env = os.environ if env is None else env
+    text = (env.get("CSTP_WEBHOOK_KEY") or "").strip()
+    if not text:
+        return None
+    key = decode_webhook_key(text)
+    if key is None:
+        raise ConfigError(
+            f"CSTP_WEBHOOK_KEY must be {WEBHOOK_KEY_BYTES} bytes written in base64 "
+            "(e.g. `openssl rand -base64 32`)"
+        )
+    return key
+
+
+def decode_webhook_key(text: str) -> bytes | None:
+    """The key ``text`` (base64, standard or URL-safe alphabet) holds, or None when it is not
+    base64 of exactly WEBHOOK_KEY_BYTES bytes."""
+    text = text.strip()
+    try:
+        key = base64.b64decode(text.replace("-", "+").replace("_", "/"), validate=True)
+    except ValueError:
+        return None
+    return key if len(key) == WEBHOOK_KEY_BYTES else None
 
 
 def _retrieval_mode(value: str | None) -> str:

@@ -22,6 +22,7 @@ from .outbox.relay import Relay
 from .runtime import Calls, Runtime
 from .search.embedder import Embedder, load_default_embedder
 from .search.index import VectorIndex
+from .webhooks.delivery import WebhookRelay
 
 log = logging.getLogger("cstp")
 
@@ -38,6 +39,7 @@ class Services:
     recorder: RecordWriter
     announcer: IntentWriter  # announcements' audit rows, committed in batches
     calls: Calls  # the calls in flight; the embedder reads them (``crowded``)
+    webhooks: WebhookRelay  # the webhook delivery loop (started by the app's lifespan)
     started_at: float = field(default_factory=time.monotonic)
     background: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -48,6 +50,7 @@ class Services:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self.background.clear()
+        await self.webhooks.close()
         await self.recorder.drain()
         await self.announcer.drain()
         await self.relay.flush()
@@ -79,4 +82,7 @@ def build_services(
     relay = Relay(db, index, settings, runtime, exports=decision_exports())
     recorder = RecordWriter(db, relay, runtime)
     announcer = IntentWriter(db)
-    return Services(settings, runtime, db, limiter, rules, index, relay, recorder, announcer, calls)
+    webhooks = WebhookRelay(db, settings, runtime)
+    return Services(
+        settings, runtime, db, limiter, rules, index, relay, recorder, announcer, calls, webhooks
+    )

@@ -7,7 +7,7 @@
   state (a fresh database is migrated first, one at another revision refused in one line).
 - ``serve``, ``db`` (migrations), ``outbox``, ``bulk`` (import, export, reindex), ``audit``
   (the audit chain and ``guardrails replay``), ``mcp`` (MCP on stdio), ``tokens`` (the
-  tokens kept in the database).
+  tokens kept in the database), ``webhooks`` (the webhook subscriptions).
 - ``client``: the commands that talk to a running server (query, record, review, get, list,
   check, announce, calibration, guardrails).
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from . import audit, bulk, db, mcp, outbox, serve, tokens
+from . import audit, bulk, db, mcp, outbox, serve, tokens, webhooks
 from .client import register_client_commands
 from .runner import CstpGroup
 
@@ -66,6 +66,7 @@ register_client_commands(main)
 main.add_command(db.db)
 main.add_command(audit.audit)
 main.add_command(tokens.tokens)
+main.add_command(webhooks.webhooks)
 main.add_command(_with_subcommands(main.commands["guardrails"], audit.guardrails_replay))
 
 __all__ = ["main"]

@@ -15,26 +15,37 @@ from .runner import with_services
 @click.group(invoke_without_command=True)
 @click.pass_context
 def outbox(ctx: click.Context) -> None:
-    """Show pending and dead outbox events."""
+    """Show pending and dead outbox events, and webhook deliveries waiting or dead."""
     if ctx.invoked_subcommand is not None:
         return
 
     async def show(services: Any) -> None:
         from ..outbox.admin import describe
+        from ..webhooks import admin as webhooks
 
         for line in await describe(services):
             echo(line)  # an event's error may quote stored text: no control character raw
+        for line in await webhooks.describe(services.db):
+            echo(line)
 
     with_services(show)
 
 
 @outbox.command("retry")
 def outbox_retry() -> None:
-    """Re-queue dead events."""
+    """Re-queue dead events and dead webhook deliveries."""
     from ..outbox.admin import retry_dead
+    from ..webhooks import admin as webhooks
 
-    count = with_services(retry_dead)
+    async def retry(services: Any) -> tuple[int, int]:
+        events = await retry_dead(services)
+        deliveries = await webhooks.retry_dead(services.db, services.runtime.now())
+        services.webhooks.wakeup.set()
+        return events, deliveries
+
+    count, deliveries = with_services(retry)
     click.echo(f"re-queued {count} dead event(s)")
+    click.echo(f"re-queued {deliveries} dead webhook delivery(ies)")
 
 
 @outbox.command("drain")

@@ -8,6 +8,7 @@ from .guardrails import GuardrailEvaluation, GuardrailRuleResult, GuardrailRuleS
 from .intents import Intent, IntentMatch
 from .outbox import OutboxEvent
 from .tokens import ApiToken, ApiTokenGrant
+from .webhooks import WebhookDelivery, WebhookSubscription
 
 __all__ = [
     "ApiToken",
@@ -26,5 +27,7 @@ __all__ = [
     "Intent",
     "IntentMatch",
     "OutboxEvent",
+    "WebhookDelivery",
+    "WebhookSubscription",
     "WorkspaceDecisions",
 ]

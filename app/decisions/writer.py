@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app import webhooks
 from app.batches import MAX_BATCH, Batcher
 from app.db.decisions import Decision
 from app.db.engine import Database
@@ -34,6 +35,7 @@ from app.errors import STORAGE_ERROR, CstpError
 from app.guardrails.service import Staged, store
 from app.outbox.relay import Relay
 from app.runtime import Runtime
+from app.webhooks import DECISION_RECORDED, Message, message
 
 from . import repository
 
@@ -160,6 +162,7 @@ class RecordWriter:
                     unit.decision = decision
                     unit.events = self.relay.enqueue(session, decision.id, decision.workspace)
                 await session.flush()
+                await webhooks.enqueue_many(session, [recorded(u.decision) for u in group])
                 undo_settle = await self.relay.settle_in(session)
         except BaseException:
             undo_settle()
@@ -175,6 +178,7 @@ class RecordWriter:
             unit.decision = decision
             unit.events = self.relay.enqueue(session, decision.id, decision.workspace)
             await session.flush()
+            await webhooks.enqueue_many(session, [recorded(decision)])
         (committed,) = self._committed([unit])
         return committed
 
@@ -205,6 +209,28 @@ class RecordWriter:
                 index_event = next(e.id for e in unit.events if e.kind == EventKind.INDEX)
                 if unit.indexed is not None and not unit.indexed.done():
                     unit.indexed.set_result(index_event in done)
+
+
+def recorded(decision: Decision | None) -> Message:
+    """The decision.recorded webhook message of a decision being committed: its public
+    fields (SPEC.md, section 8). One message id per decision, so it is sent once."""
+    assert decision is not None  # every unit of a batch has its row once it is added
+    return message(
+        workspace=decision.workspace,
+        event=DECISION_RECORDED,
+        data={
+            "id": decision.id,
+            "agent": decision.recorded_by,
+            "workspace": decision.workspace,
+            "summary": decision.summary,
+            "category": decision.category,
+            "confidence": decision.confidence,
+            "stakes": decision.stakes,
+            "createdAt": decision.created_at,
+        },
+        at=decision.created_at,
+        message_id=f"msg_decision_recorded_{decision.id}",
+    )
 
 
 def _nothing() -> None:

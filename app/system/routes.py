@@ -10,6 +10,7 @@ from litestar import Request, Response, get
 from app.db import migrate
 from app.outbox.admin import counts
 from app.version import __version__
+from app.webhooks import admin as webhooks
 
 CSTP_PROTOCOL_VERSION = "1.0"
 
@@ -33,7 +34,9 @@ async def ready(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     (``checks.outbox.dead`` counts them). A dead event is one decision whose YAML file or
     index entry can never be made as it stands; every replica shares that table, so taking
     one out of rotation would not help, and taking all out would stop every call for one
-    undeliverable decision. Monitoring should alert on any status but ``ready``."""
+    undeliverable decision. Dead webhook deliveries (a receiver refused them) are the same:
+    ``degraded: ["webhooks"]``, counted in ``checks.webhooks``. Monitoring should alert on any
+    status but ``ready``."""
     services = request.app.state.services
     checks: dict[str, Any] = {}
     failing: list[str] = []
@@ -60,6 +63,14 @@ async def ready(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
                 degraded.append("outbox")
         except Exception:
             checks["outbox"] = "unknown"
+        try:
+            # Webhook deliveries, as outbox events: dead ones (refused by their receiver)
+            # degrade; pending ones wait for a receiver, which is no reason to leave rotation.
+            checks["webhooks"] = await webhooks.counts(services.db)
+            if checks["webhooks"]["dead"]:
+                degraded.append("webhooks")
+        except Exception:
+            checks["webhooks"] = "unknown"
     try:
         await services.index.ping()
         checks["vectorIndex"] = "ok"
