@@ -21,8 +21,10 @@ from app.audit.canonical import covered
 from app.audit.chain import append
 from app.db.approvals import EXPIRED
 from app.db.engine import Database
+from app.webhooks import enqueue_many
 
 from . import repository
+from .service import decided_message
 
 log = logging.getLogger("cstp.approvals")
 
@@ -54,6 +56,7 @@ async def expire_overdue(db: Database, now: Callable[[], datetime]) -> int:
             except IntegrityError:  # decided, or expired by another process, meanwhile
                 continue
             append(session, covered("approval_decisions", row))
+            await enqueue_many(session, [decided_message(approval, row)])
             written += 1
     return written
 

@@ -113,11 +113,11 @@ def listing(
 
 
 def overdue(conn: Connection, *, now: datetime, limit: int) -> list[Any]:
-    """Undecided approvals (of every workspace) whose deadline has passed, oldest first: the
-    ones whose expiry is still to be written."""
+    """Undecided approvals (of every workspace, every column) whose deadline has passed,
+    oldest first: the ones whose expiry is still to be written."""
     return list(
         conn.execute(
-            select(APPROVALS.c.id, APPROVALS.c.workspace, APPROVALS.c.expires_at)
+            select(APPROVALS)
             .where(
                 APPROVALS.c.expires_at <= now,
                 not_(

@@ -32,6 +32,7 @@ from app.db.approvals import APPROVED, DENIED, EXPIRED, PENDING
 from app.errors import DECISION_NOT_FOUND, CstpError, conflict, forbidden
 from app.operations.context import CallContext
 from app.runtime import iso
+from app.webhooks import APPROVAL_DECIDED, APPROVAL_REQUESTED, Message, enqueue_many, message
 
 from . import repository
 from .schemas import (
@@ -159,11 +160,64 @@ async def own(ctx: CallContext, approval_id: str) -> Row[Any]:
 
 
 async def store(session: AsyncSession, requested: Sequence[Requested]) -> None:
-    """Write new approvals in the caller's transaction, with their chain entries."""
+    """Write new approvals in the caller's transaction, with their chain entries and their
+    ``approval.requested`` webhooks."""
     if not requested:
         return
     await repository.insert_approvals(session, [r.row for r in requested])
     append(session, *(r.entry for r in requested))
+    await notify_requested(session, requested)
+
+
+async def notify_requested(session: AsyncSession, requested: Sequence[Requested]) -> None:
+    """The ``approval.requested`` webhooks of approvals written in ``session``'s transaction
+    (one per approval: its message id is the approval's)."""
+    if requested:
+        await enqueue_many(session, [_requested_message(r.row) for r in requested])
+
+
+def _requested_message(row: Mapping[str, Any]) -> Message:
+    data = {
+        "approvalId": row["id"],
+        "workspace": row["workspace"],
+        "requestedBy": row["requested_by"],
+        "correlationId": row["correlation_id"],
+        "action": row["action"],
+        "rules": row["rules"],
+        "createdAt": row["created_at"],
+        "expiresAt": row["expires_at"],
+        "evaluationId": row["evaluation_id"],
+    }
+    return message(
+        workspace=row["workspace"],
+        event=APPROVAL_REQUESTED,
+        data=data,
+        at=row["created_at"],
+        message_id=f"msg_approval_requested_{row['id']}",
+    )
+
+
+def decided_message(approval: Any, decision: Mapping[str, Any]) -> Message:
+    """The ``approval.decided`` webhook of ``decision`` (approved, denied or expired) of
+    ``approval`` (a row of ``repository``)."""
+    data = {
+        "approvalId": approval.id,
+        "workspace": approval.workspace,
+        "status": decision["verdict"],
+        "decidedBy": decision["decided_by"],
+        "decidedAt": decision["decided_at"],
+        "reason": decision["reason"],
+        "requestedBy": approval.requested_by,
+        "correlationId": approval.correlation_id,
+        "rules": list(approval.rules),
+    }
+    return message(
+        workspace=approval.workspace,
+        event=APPROVAL_DECIDED,
+        data=data,
+        at=decision["decided_at"],
+        message_id=f"msg_approval_decided_{approval.id}",
+    )
 
 
 def out(row: Any, now: datetime) -> ApprovalOut:
@@ -254,5 +308,6 @@ async def decide(ctx: CallContext, p: DecideApprovalParams) -> ApprovalResult:
             "Conflict: this approval was decided by another call", {"id": p.id}
         ) from None
     append(ctx.session, covered("approval_decisions", decision))
+    await enqueue_many(ctx.session, [decided_message(row, decision)])
     decided = SimpleNamespace(**{**row._asdict(), **decision})
     return ApprovalResult(approval=out(decided, now))

@@ -27,6 +27,7 @@ from app.audit.chain import append
 from app.errors import GUARDRAIL_EVAL_FAILED, CstpError
 from app.operations.context import CallContext
 from app.runtime import iso
+from app.webhooks import GUARDRAIL_BLOCKED, Message, enqueue_many, message
 
 from . import repository
 from .evaluate import Evaluation, RuleCheck, RuleResult, evaluate
@@ -253,6 +254,36 @@ async def store(
     await repository.insert_evaluations(session, [s.row for s in staged], rule_rows)
     append(session, *entries)
     await approvals.store(session, requested)
+    blocked = [s for s in staged if s.checked.evaluation.violations and s.row["source"] in ACTING]
+    if blocked:
+        await enqueue_many(session, [_blocked_message(s) for s in blocked])
+
+
+# The calls whose action a block stops (recordDecision's evaluation never blocks recording).
+ACTING = ("announceIntent", "checkGuardrails")
+
+
+def _blocked_message(staged: Staged) -> Message:
+    """The ``guardrail.blocked`` webhook of a blocked evaluation."""
+    row = staged.row
+    data = {
+        "evaluationId": row["id"],
+        "workspace": row["workspace"],
+        "agent": row["agent"],
+        "source": row["source"],
+        "description": row["description"],
+        "category": row["category"],
+        "stakes": row["stakes"],
+        "violations": [v.guardrail_id for v in staged.checked.evaluation.violations],
+        "evaluatedAt": row["evaluated_at"],
+    }
+    return message(
+        workspace=row["workspace"],
+        event=GUARDRAIL_BLOCKED,
+        data=data,
+        at=row["evaluated_at"],
+        message_id=f"msg_guardrail_blocked_{row['id']}",
+    )
 
 
 # The rule sets known to be stored, per database engine: once a process has seen its rule

@@ -57,6 +57,7 @@ async def write_rows(session: AsyncSession, announcements: Sequence[Announcement
         [a.approval for a in fresh if a.approval is not None],
     )
     written = [not a.callers_correlation for a in announcements]
+    asked: list[approvals.Requested] = []  # approvals of caller's correlation ids written
     if fresh:
         await repository.insert_intents(session, [a.row for a in fresh])
     for i, announcement in enumerate(announcements):
@@ -68,10 +69,12 @@ async def write_rows(session: AsyncSession, announcements: Sequence[Announcement
             )
             if written[i] and announcement.approval is not None:
                 append(session, announcement.approval.entry)
+                asked.append(announcement.approval)
     matches = [m for a, ok in zip(announcements, written, strict=True) if ok for m in a.matches]
     if matches:
         await repository.insert_matches(session, matches)
     append(session, *(a.entry for a, ok in zip(announcements, written, strict=True) if ok))
+    await approvals.notify_requested(session, asked)
     return written
 
 

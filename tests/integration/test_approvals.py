@@ -356,3 +356,45 @@ async def test_the_protocol_examples_of_the_approval_methods(rpc: Rpc) -> None:
             params = {**params, "id": approval_id}
         result = await rpc.ok(name, params, token)
         jsonschema.validate(result, result_schema(document, by_name[name]))
+
+
+async def test_webhooks_tell_of_the_request_the_decision_and_a_block(
+    rpc: Rpc, escalating: Settings
+) -> None:
+    from test_webhooks import arrived, subscribe
+
+    from support.receiver import Receiver
+
+    receiver = Receiver().start()
+    try:
+        events = "approval.requested,approval.decided,guardrail.blocked"
+        sub = await subscribe(escalating, receiver.url, events)
+        asked = await rpc.ok("cstp.announceIntent", MIGRATION)
+        approval_id = asked["guardrailStatus"]["escalation"]["approvalId"]
+        await rpc.ok("cstp.announceIntent", MIGRATION)  # pending: asks nobody again
+        await rpc.ok(
+            "cstp.decideApproval",
+            {"id": approval_id, "verdict": "approve", "reason": "Window agreed"},
+            "token-carol",
+        )
+        blocked = await rpc.ok(
+            "cstp.checkGuardrails",
+            {"action": {"description": "Ship it", "context": {"tests_failing": True}}},
+        )
+        ids = await arrived(receiver, 3)
+        await asyncio.sleep(0.5)  # anything more would come now
+    finally:
+        receiver.stop()
+    assert ids == [
+        f"msg_approval_requested_{approval_id}",
+        f"msg_approval_decided_{approval_id}",
+        f"msg_guardrail_blocked_{blocked['evaluationId']}",
+    ]
+    bodies = [r.verified(sub["secret"]) for r in receiver.got]  # the library's verifier
+    requested, decided, block = (b["data"] for b in bodies)
+    assert [b["type"] for b in bodies] == events.split(",")
+    assert requested["requestedBy"] == "alice" and requested["rules"] == ["prod-db-migration"]
+    assert requested["correlationId"] == MIGRATION["correlationId"]
+    assert decided["status"] == "approved" and decided["decidedBy"] == "carol"
+    assert decided["reason"] == "Window agreed"
+    assert block["violations"] == ["tests-failing"] and block["agent"] == "alice"

@@ -11,7 +11,7 @@ Neither is an audit table: both change as messages are delivered. The downgrade 
 undelivered messages with them.
 
 Revision ID: 0017
-Revises: 0015
+Revises: 0016
 Create Date: 2026-12-05
 """
 
