@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy.exc import IntegrityError
 
@@ -31,14 +31,29 @@ log = logging.getLogger("cstp.approvals")
 EVERY_SECONDS = 5.0
 """How often a server looks for approvals to expire (their status is right without it)."""
 BATCH = 100
+SKEW = timedelta(seconds=60)
+"""How far another server process's clock may be behind this one's."""
 
 
-async def expire_overdue(db: Database, now: Callable[[], datetime]) -> int:
-    """Write the expiry of up to ``BATCH`` overdue approvals; how many were written."""
+async def expire_overdue(
+    db: Database, now: Callable[[], datetime], since: datetime | None = None
+) -> int:
+    """Write the expiry of up to ``BATCH`` overdue approvals (those whose deadline is after
+    ``since``, when given); how many were written."""
+    _found, written = await _pass(db, now, since)
+    return written
+
+
+async def _pass(
+    db: Database, now: Callable[[], datetime], since: datetime | None
+) -> tuple[int, int]:
+    """One pass: how many overdue approvals it found, and of those how many it expired."""
     moment = now()
-    overdue = await db.read(lambda conn: repository.overdue(conn, now=moment, limit=BATCH))
+    overdue = await db.read(
+        lambda conn: repository.overdue(conn, now=moment, since=since, limit=BATCH)
+    )
     if not overdue:
-        return 0
+        return 0, 0
     written = 0
     async with db.transaction(write=True) as session:
         for approval in overdue:
@@ -58,16 +73,23 @@ async def expire_overdue(db: Database, now: Callable[[], datetime]) -> int:
             append(session, covered("approval_decisions", row))
             await enqueue_many(session, [decided_message(approval, row)])
             written += 1
-    return written
+    return len(overdue), written
 
 
 async def loop(db: Database, now: Callable[[], datetime]) -> None:
-    """Every ``EVERY_SECONDS``, write the expiries that are due."""
+    """Every ``EVERY_SECONDS``, write the expiries that are due. The first pass looks at every
+    approval (a server that was down has a backlog); once a pass has found them all, the next
+    ones look only at deadlines since the last such pass (less ``SKEW``): an approval is
+    made before its deadline, so an earlier deadline was there to be found then."""
+    since: datetime | None = None
     while True:
         try:
-            written = await expire_overdue(db, now)
+            started = now()
+            found, written = await _pass(db, now, since)
             if written:
                 log.info("approvals: %d expired", written)
+            if found < BATCH:  # none left over: the next pass looks from here on
+                since = started - SKEW
         except asyncio.CancelledError:
             raise
         except Exception:

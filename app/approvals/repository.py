@@ -112,13 +112,15 @@ def listing(
     return list(rows), total
 
 
-def overdue(conn: Connection, *, now: datetime, limit: int) -> list[Any]:
-    """Undecided approvals (of every workspace, every column) whose deadline has passed,
-    oldest first: the ones whose expiry is still to be written."""
+def overdue(conn: Connection, *, now: datetime, since: datetime | None, limit: int) -> list[Any]:
+    """Undecided approvals (of every workspace, every column) whose deadline has passed (after
+    ``since``, when given), oldest first: the ones whose expiry is still to be written."""
+    after = [] if since is None else [APPROVALS.c.expires_at > since]
     return list(
         conn.execute(
             select(APPROVALS)
             .where(
+                *after,
                 APPROVALS.c.expires_at <= now,
                 not_(
                     select(DECISIONS.c.approval_id)

@@ -58,7 +58,7 @@ class Approval(Base):
     action_sha256: Mapped[str] = mapped_column(String(64))
     rules: Mapped[list[str]] = mapped_column(JSON)  # the escalate rules that fired, in order
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
-    expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)  # expiry's pass
 
 
 class ApprovalDecision(Base):

@@ -76,6 +76,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_approvals")),
     )
     op.create_index(op.f("ix_approvals_evaluation_id"), APPROVALS, ["evaluation_id"])
+    op.create_index(op.f("ix_approvals_expires_at"), APPROVALS, ["expires_at"])
     op.create_index(
         "ix_approvals_workspace_created_at", APPROVALS, ["workspace", "created_at"], unique=False
     )
