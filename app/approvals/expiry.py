@@ -33,6 +33,12 @@ EVERY_SECONDS = 5.0
 BATCH = 100
 SKEW = timedelta(seconds=60)
 """How far another server process's clock may be behind this one's."""
+GRACE = timedelta(seconds=5)
+"""How long after a deadline by this clock its expiry is written: a person deciding at the
+last moment through a server whose clock is a little behind is not refused for an expiry
+written by this one. (The status reads expired from the deadline on, whatever this says.)"""
+FULL_PASS = timedelta(minutes=10)
+"""How often a pass looks at every deadline again (one written late, by a clock far behind)."""
 
 
 async def expire_overdue(
@@ -48,13 +54,14 @@ async def _pass(
     db: Database, now: Callable[[], datetime], since: datetime | None
 ) -> tuple[int, int]:
     """One pass: how many overdue approvals it found, and of those how many it expired."""
-    moment = now()
+    moment = now() - GRACE
     overdue = await db.read(
         lambda conn: repository.overdue(conn, now=moment, since=since, limit=BATCH)
     )
     if not overdue:
         return 0, 0
     written = 0
+    told = []
     async with db.transaction(write=True) as session:
         for approval in overdue:
             row = {
@@ -71,8 +78,9 @@ async def _pass(
             except IntegrityError:  # decided, or expired by another process, meanwhile
                 continue
             append(session, covered("approval_decisions", row))
-            await enqueue_many(session, [decided_message(approval, row)])
+            told.append(decided_message(approval, row))
             written += 1
+        await enqueue_many(session, told)
     return len(overdue), written
 
 
@@ -80,16 +88,20 @@ async def loop(db: Database, now: Callable[[], datetime]) -> None:
     """Every ``EVERY_SECONDS``, write the expiries that are due. The first pass looks at every
     approval (a server that was down has a backlog); once a pass has found them all, the next
     ones look only at deadlines since the last such pass (less ``SKEW``): an approval is
-    made before its deadline, so an earlier deadline was there to be found then."""
+    made before its deadline, so an earlier deadline was there to be found then. Every
+    ``FULL_PASS`` a pass looks at all of them again."""
     since: datetime | None = None
+    full = now()
     while True:
         try:
             started = now()
+            if started - full >= FULL_PASS:
+                since, full = None, started
             found, written = await _pass(db, now, since)
             if written:
                 log.info("approvals: %d expired", written)
             if found < BATCH:  # none left over: the next pass looks from here on
-                since = started - SKEW
+                since = started - GRACE - SKEW
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -49,6 +49,12 @@ def by_id(conn: Connection, *, workspace: str, approval_id: str) -> Row[Any] | N
     ).first()
 
 
+def by_any_id(conn: Connection, approval_id: str) -> Row[Any] | None:
+    """The approval ``approval_id`` of any workspace, with its decision (``cstp guardrails
+    replay``: the auditor's command reads every workspace)."""
+    return conn.execute(_WITH_DECISION.where(APPROVALS.c.id == approval_id)).first()
+
+
 def by_evaluation(conn: Connection, evaluation_id: str) -> Row[Any] | None:
     """The approval that evaluation ``evaluation_id`` asked for, with its decision, or None
     (``cstp guardrails replay``: the auditor's command reads every workspace)."""

@@ -92,10 +92,16 @@ def resolve(
     action: Mapping[str, Any],
     rules: Sequence[str],
     timeout: int,
+    renew: bool,
 ) -> tuple[Escalation, Requested | None]:
     """What an escalated evaluation answers: the approval this request already has
     (``existing``: -32008 when it was asked for another action), or a new one, pending for
-    ``timeout`` seconds, to be written with the evaluation."""
+    ``timeout`` seconds, to be written with the evaluation.
+
+    An approval covers the escalate rules it was asked for: when a rule fires now that it
+    did not name (a rule added since), it does not answer for them. Then, with ``renew``
+    (checkGuardrails: an approval per request), a new approval is asked for every rule that
+    fires; without (a correlationId has one approval), -32008."""
     digest = action_sha256(action)
     runtime = ctx.services.runtime
     if existing is not None:
@@ -105,6 +111,16 @@ def resolve(
                 "category, stakes, confidence, project or facts differ)",
                 {"approvalId": existing.id},
             )
+        uncovered = [r for r in rules if r not in existing.rules]
+        if uncovered and not renew:
+            raise conflict(
+                "Conflict: escalate rules that this approval was not asked for fire now; "
+                "announce under a new correlationId to ask for them",
+                {"approvalId": existing.id, "rules": uncovered},
+            )
+        if uncovered:
+            existing = None
+    if existing is not None:
         status = status_of(existing.verdict, existing.expires_at, runtime.now())
         return (
             Escalation(

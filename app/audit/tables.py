@@ -19,7 +19,7 @@ FORMAT = 4
 """The canonical form's format: the column lists below. Any change to them is a new format.
 Format 2 adds ``intents.search_degraded`` (revision 0011) as a ``later`` column; format 3 the
 ``workspace`` of every audited row (revision 0012), a member only for another workspace than
-``default``; format 4 (revision 0016) ``guardrail_evaluations.escalations`` and
+``default``; format 4 (revision 0016) ``guardrail_evaluations.escalations`` and ``approval_id`` and
 ``guardrail_rule_results.would_escalate`` as ``later`` columns (NULL unless an escalate rule
 applied), and the approvals tables."""
 
@@ -133,7 +133,7 @@ EVALUATIONS = Audited(
             later=("would_escalate",),
         ),
     ),
-    later=("escalations",),
+    later=("escalations", "approval_id"),
 )
 DECISIONS = Audited(
     table_of(Decision),

@@ -40,6 +40,10 @@ class GuardrailEvaluation(Base):
     # How many enforced escalate rules fired or failed (revision 0016; NULL before it). They
     # asked for a person's approval when no block rule fired (``approvals``).
     escalations: Mapped[int | None] = mapped_column(Integer)
+    # The approval an escalated evaluation asked for, or answered with (revision 0016): once
+    # it is approved, ``allowed`` (the verdict answered) is true. No foreign key: SQLite
+    # would rebuild this append-only table to add one.
+    approval_id: Mapped[str | None] = mapped_column(String(36), index=True)
 
 
 class GuardrailRuleResult(Base):

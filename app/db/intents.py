@@ -25,6 +25,8 @@ class Intent(Base):
             postgresql_where=text("outcome = 'ok'"),
         ),
         Index("ix_intents_workspace_received_at", "workspace", "received_at"),
+        # Every announcement of a correlation id, escalated ones too (revision 0016).
+        Index("ix_intents_workspace_agent_correlation", "workspace", "agent", "correlation_id"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)

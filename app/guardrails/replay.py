@@ -35,7 +35,7 @@ class CannotReplay(Exception):
 class Replayed:
     evaluation: dict[str, Any]  # the stored guardrail_evaluations row
     rule_set: RuleSet
-    allowed: bool  # the replayed verdict
+    allowed: bool  # the replayed verdict (an escalation's: as its approval then stood)
     counts: tuple[int, int, int]  # replayed (evaluated, violations, warnings)
     escalations: int  # replayed: the escalate rules that fired or failed
     # The approval the evaluation asked for, with its decision (app.approvals.repository)
@@ -96,11 +96,19 @@ def replay(conn: Connection, evaluation_id: str) -> Replayed:
     ev = evaluate(rule_set, stored["facts"] or {}, stored["project"])
     replayed = {c.guardrail_id: rule_columns(c) for c in ev.results}
     counts = (ev.evaluated, len(ev.violations), len(ev.warnings))
-    approval = approvals.by_evaluation(conn, evaluation_id)
-    out = Replayed(stored, rule_set, ev.allowed, counts, len(ev.escalations), approval)
-    if bool(stored["allowed"]) != ev.allowed:
+    approval = (
+        approvals.by_any_id(conn, stored["approval_id"])
+        if stored.get("approval_id")
+        else approvals.by_evaluation(conn, evaluation_id)
+    )
+    allowed = ev.allowed
+    if ev.escalated and approval is not None:
+        # the verdict answered: allowed when the approval was approved before this check
+        allowed = approval.verdict == "approved" and approval.decided_at <= stored["evaluated_at"]
+    out = Replayed(stored, rule_set, allowed, counts, len(ev.escalations), approval)
+    if bool(stored["allowed"]) != out.allowed:
         out.differences.append(
-            f"allowed: stored {_text(stored['allowed'])}, replayed {_text(ev.allowed)}"
+            f"allowed: stored {_text(stored['allowed'])}, replayed {_text(out.allowed)}"
         )
     for name, value in zip(("evaluated", "violations", "warnings"), counts, strict=True):
         if stored[name] != value:

@@ -180,7 +180,9 @@ class _FileParser:
         seconds = parse_timeout(value) if isinstance(value, str) else None
         if seconds is None:
             raise self.fail(
-                node, f"invalid timeout '{value}' (expected <n>s, <n>m, <n>h or <n>d, e.g. 30m)"
+                node,
+                f"invalid timeout '{value}' (expected <n>s, <n>m, <n>h or <n>d up to 365d, "
+                "e.g. 30m)",
             )
         return seconds
 

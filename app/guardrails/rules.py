@@ -39,6 +39,8 @@ DEFAULT_TIMEOUT = 3600
 nothing (SPEC.md, section 8: ``1h``)."""
 _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 TIMEOUT_PATTERN = re.compile(r"([1-9][0-9]{0,6})([smhd])")
+MAX_TIMEOUT = 365 * 86400
+"""The longest an approval may wait: a year (a longer one is a typo, or no deadline)."""
 CONTENT_FORMAT = 1
 """The format of a rule set's stored content (``RuleSet.content``)."""
 _CONDITION_KEYS = ("field", "operator", "op", "value")
@@ -138,9 +140,13 @@ def timeout_text(seconds: int) -> str:
 
 
 def parse_timeout(text: str) -> int | None:
-    """``<n>s``, ``<n>m``, ``<n>h`` or ``<n>d`` as seconds; None when it is none of those."""
+    """``<n>s``, ``<n>m``, ``<n>h`` or ``<n>d`` as seconds, at most ``MAX_TIMEOUT``; None
+    when it is none of those."""
     match = TIMEOUT_PATTERN.fullmatch(text)
-    return None if match is None else int(match.group(1)) * _UNITS[match.group(2)]
+    if match is None:
+        return None
+    seconds = int(match.group(1)) * _UNITS[match.group(2)]
+    return seconds if seconds <= MAX_TIMEOUT else None
 
 
 def _condition_content(condition: Condition) -> dict[str, Any]:

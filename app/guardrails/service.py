@@ -158,25 +158,38 @@ class Staged:
         )
 
     def escalate(
-        self, ctx: CallContext, existing: Any, correlation_id: str | None
+        self,
+        ctx: CallContext,
+        existing: Any,
+        correlation_id: str | None,
+        *,
+        stated: str | None = None,
     ) -> tuple[Staged, approvals.Requested | None]:
         """This escalated evaluation with its approval: ``existing`` (a row of
         app.approvals.repository: the request already has one) or a new one, returned to be
-        written with the evaluation (app.approvals.service.resolve)."""
+        written with the evaluation (app.approvals.service.resolve). ``stated``: the free
+        text an announcement gave with its intent (its ``context``), which the approver is
+        shown and the approval covers. The evaluation's row then records the verdict
+        answered (``allowed``: true once approved) and the approval (``approval_id``)."""
         ev = self.checked.evaluation
         assert ev.escalated and ev.timeout is not None
+        action = action_of(self.request)
+        if stated is not None:
+            action["statedContext"] = stated
         escalation, requested = approvals.resolve(
             ctx,
             existing=existing,
             evaluation_id=self.checked.evaluation_id,
             source=self.row["source"],
             correlation_id=correlation_id,
-            action=action_of(self.request),
+            action=action,
             rules=[r.guardrail_id for r in ev.escalations],
             timeout=ev.timeout,
+            renew=correlation_id is None,
         )
         checked = dataclasses.replace(self.checked, escalation=escalation)
-        return dataclasses.replace(self, checked=checked), requested
+        row = {**self.row, "allowed": checked.allowed, "approval_id": escalation.approval_id}
+        return dataclasses.replace(self, checked=checked, row=row), requested
 
 
 def rule_columns(check: RuleCheck) -> dict[str, Any]:
@@ -228,6 +241,7 @@ def evaluate_request(ctx: CallContext, request: Request, source: str) -> Staged:
         "rule_set_hash": rules.hash,
         # NULL unless an escalate rule fired: the rows of the others are as before 0016
         "escalations": len(evaluation.escalations) or None,
+        "approval_id": None,  # an escalated one's, set by Staged.escalate
     }
     rule_rows = [
         {"evaluation_id": evaluation_id, "workspace": ctx.workspace, **rule_columns(c)}

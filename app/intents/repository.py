@@ -23,25 +23,32 @@ from app.db.intents import Intent, IntentMatch
 from app.operations.context import CallContext
 
 # Built once: building a statement costs more than running this one (an indexed lookup).
-_STORED = select(
-    Intent.id,
-    Intent.correlation_id,
-    Intent.request_hash,
-    Intent.response,
-    Intent.similar_found,
-    Intent.allowed,
-    # the unique key of successful announcements: (workspace, agent, correlation id)
-).where(
-    Intent.workspace == bindparam("workspace"),
-    Intent.agent == bindparam("agent"),
-    Intent.correlation_id == bindparam("cid"),
-    Intent.outcome == "ok",
+# The agent's successful announcement of a correlation id, else its latest escalated one
+# (answered, but waiting for an approval: re-announcements are evaluated again).
+_STORED = (
+    select(
+        Intent.id,
+        Intent.correlation_id,
+        Intent.request_hash,
+        Intent.response,
+        Intent.similar_found,
+        Intent.allowed,
+        Intent.outcome,
+    )
+    .where(
+        Intent.workspace == bindparam("workspace"),
+        Intent.agent == bindparam("agent"),
+        Intent.correlation_id == bindparam("cid"),
+        Intent.outcome.in_(("ok", "escalated")),
+    )
+    .order_by((Intent.outcome == "ok").desc(), Intent.received_at.desc())
+    .limit(1)
 )
 
 
 if TYPE_CHECKING:
     # A row of _STORED. Only an annotation: SQLAlchemy 2.0's Row takes one type argument.
-    StoredIntent = Row[str, str, str | None, str | None, int | None, bool | None]
+    StoredIntent = Row[str, str, str | None, str | None, int | None, bool | None, str]
 
 
 def _read_stored(
@@ -53,7 +60,8 @@ def _read_stored(
 
 async def stored(ctx: CallContext, correlation_id: str) -> StoredIntent | None:
     """This agent's successful announcement with ``correlation_id`` in the call's workspace,
-    if any (one indexed read): its ``id``, ``similar_found`` and ``allowed``.
+    else its latest escalated one, if any (one indexed read): its ``id``, ``outcome``,
+    ``request_hash``, ``response``, ``similar_found`` and ``allowed``.
 
     Read by ``Database.read``: on SQLite on a read connection, so it never takes the write
     lock; on Postgres in the call's transaction when it has one, else (announceIntent,

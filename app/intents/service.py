@@ -76,7 +76,8 @@ def similar_item(found: Found) -> SimilarDecision:
     )
 
 
-def _replay(stored: StoredIntent, fingerprint: str) -> AnnounceIntentResult:
+def _same_intent(stored: StoredIntent, fingerprint: str) -> None:
+    """-32008 unless ``stored`` announced the same intent."""
     if stored.request_hash != fingerprint or stored.response is None:
         raise CstpError(
             CONFLICT,
@@ -84,6 +85,11 @@ def _replay(stored: StoredIntent, fingerprint: str) -> AnnounceIntentResult:
             "(its intent, context, category, stakes, confidence, project or metadata differ)",
             {"correlationId": stored.correlation_id},
         )
+
+
+def _replay(stored: StoredIntent, fingerprint: str) -> AnnounceIntentResult:
+    _same_intent(stored, fingerprint)
+    assert stored.response is not None
     # The stored answer is this struct's own encoding: decoded and encoded again it is the
     # same JSON (omit_defaults leaves out what it left out).
     return _decoder.decode(stored.response)
@@ -102,8 +108,10 @@ async def announce(
     fingerprint = request_hash(p)
     if p.correlation_id is not None:
         stored = await repository.stored(ctx, correlation_id)
-        if stored is not None:
+        if stored is not None and stored.outcome == "ok":
             return _replay(stored, fingerprint)
+        if stored is not None:  # escalated: announced again, the same intent only
+            _same_intent(stored, fingerprint)
     received_at = runtime.now()
     query = f"{p.intent} {p.context or ''}".strip()
     searched = await similar(
@@ -124,7 +132,7 @@ async def announce(
             if p.correlation_id is None
             else await approvals.by_correlation(ctx, p.correlation_id)
         )
-        staged, requested = staged.escalate(ctx, existing, correlation_id)
+        staged, requested = staged.escalate(ctx, existing, correlation_id, stated=p.context)
     checked = staged.checked
     shown = [similar_item(f) for f in found]
     ev = checked.evaluation
@@ -196,7 +204,7 @@ async def announce(
     if not written:
         # A concurrent retry with the same correlationId committed first: answer as it did.
         stored = await repository.stored(ctx, correlation_id)
-        if stored is None:  # refused for another reason: a bug or a damaged database
+        if stored is None or stored.outcome != "ok":  # a bug or a damaged database
             log.error("an announcement's intent row was refused, and not for its correlationId")
             raise storage_error()
         return _replay(stored, fingerprint)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -179,8 +180,13 @@ async def test_an_approval_past_its_timeout_reads_expired_and_stays_not_allowed(
 
     # the expiry becomes a chained row (the server's loop writes it; here, at once)
     services = app.app.state.services
-    assert await expiry.expire_overdue(services.db, services.runtime.now) == 1
-    assert await expiry.expire_overdue(services.db, services.runtime.now) == 0
+
+    def later() -> datetime:  # past the writer's grace after the deadline
+        return services.runtime.now() + expiry.GRACE
+
+    assert await expiry.expire_overdue(services.db, services.runtime.now) == 0  # grace
+    assert await expiry.expire_overdue(services.db, later) == 1
+    assert await expiry.expire_overdue(services.db, later) == 0
     rows = await run_sql(database_url, "SELECT verdict, decided_by FROM approval_decisions")
     assert rows == [{"verdict": "expired", "decided_by": None}]
     still = await rpc.ok("cstp.getApproval", {"id": approval_id}, "token-carol")
@@ -398,3 +404,98 @@ async def test_webhooks_tell_of_the_request_the_decision_and_a_block(
     assert decided["status"] == "approved" and decided["decidedBy"] == "carol"
     assert decided["reason"] == "Window agreed"
     assert block["violations"] == ["tests-failing"] and block["agent"] == "alice"
+
+
+SECOND_RULE = """
+guardrails:
+  - id: orders-second-person
+    description: Orders migrations need a second person too
+    action: escalate
+    conditions:
+      - {field: database, operator: "==", value: orders}
+    message: Orders need a second person
+"""
+
+
+async def test_an_approval_covers_its_own_rules_action_and_intent_only(
+    rpc: Rpc, escalating: Settings, embedder: Embedder, database_url: str
+) -> None:
+    asked = await rpc.ok("cstp.announceIntent", MIGRATION)
+    approval_id = asked["guardrailStatus"]["escalation"]["approvalId"]
+    # the same correlationId for another intent, or the same with another context: -32008
+    other = {**MIGRATION, "intent": "Drop the orders table"}
+    assert (await rpc.error("cstp.announceIntent", other))["code"] == -32008
+    await rpc.ok("cstp.decideApproval", {"id": approval_id, "verdict": "approve"}, "token-carol")
+    stated = {**MIGRATION, "context": "and drop the old orders table first"}
+    assert (await rpc.error("cstp.announceIntent", stated))["code"] == -32008
+    action = {"description": "Migrate orders", "context": {"migration": True, "database": "orders"}}
+    checked = await rpc.ok("cstp.checkGuardrails", {"action": action})
+    check_id = checked["escalation"]["approvalId"]
+    await rpc.ok("cstp.decideApproval", {"id": check_id, "verdict": "approve"}, "token-carol")
+
+    # a rule added since: the approvals do not answer for it
+    assert escalating.guardrails_dir is not None
+    (escalating.guardrails_dir / "second.yaml").write_text(SECOND_RULE, encoding="utf-8")
+    async with serve_app(create_app(escalating, embedder=embedder)) as restarted:
+        again = Rpc(restarted)
+        refused = await again.error("cstp.announceIntent", MIGRATION)
+        assert refused["code"] == -32008
+        assert refused["data"] == {"approvalId": approval_id, "rules": ["orders-second-person"]}
+        renewed = await again.ok("cstp.checkGuardrails", {"action": action, "approvalId": check_id})
+        assert renewed["allowed"] is False
+        escalation = renewed["escalation"]
+        assert escalation["status"] == "pending" and escalation["approvalId"] != check_id
+        assert escalation["rules"] == ["prod-db-migration", "orders-second-person"]
+
+
+async def test_an_answer_allowed_by_an_approval_is_evidence_and_replays(
+    rpc: Rpc, database_url: str
+) -> None:
+    action = {"description": "Migrate the billing database", "context": {"migration": True}}
+    asked = await rpc.ok("cstp.checkGuardrails", {"action": action})
+    approval_id = asked["escalation"]["approvalId"]
+    await rpc.ok("cstp.decideApproval", {"id": approval_id, "verdict": "approve"}, "token-carol")
+    allowed = await rpc.ok("cstp.checkGuardrails", {"action": action, "approvalId": approval_id})
+    rows = await run_sql(
+        database_url,
+        "SELECT id, allowed, escalations, approval_id FROM guardrail_evaluations "
+        "WHERE escalations IS NOT NULL ORDER BY evaluated_at",
+    )
+    assert [(bool(r["allowed"]), r["escalations"], r["approval_id"]) for r in rows] == [
+        (False, 1, approval_id),
+        (True, 1, approval_id),
+    ]
+    assert rows[1]["id"] == allowed["evaluationId"]
+    for row in rows:
+        replayed = await cstp(database_url, "guardrails", "replay", row["id"])
+        assert replayed.exit_code == 0, replayed.output
+        assert f"approval {approval_id}: approved by carol" in replayed.output
+    assert "stored:   allowed true (escalated)" in replayed.output
+    assert (await cstp(database_url, "audit", "verify")).exit_code == 0
+
+
+async def test_a_decision_recorded_for_a_denied_intent_links_it(
+    rpc: Rpc, database_url: str
+) -> None:
+    asked = await rpc.ok("cstp.announceIntent", MIGRATION)
+    approval_id = asked["guardrailStatus"]["escalation"]["approvalId"]
+    await rpc.ok("cstp.decideApproval", {"id": approval_id, "verdict": "deny"}, "token-carol")
+    recorded = await rpc.ok(
+        "cstp.recordDecision",
+        {
+            "decision": "Postpone the orders migration",
+            "confidence": 0.7,
+            "category": "architecture",
+            "correlationId": MIGRATION["correlationId"],
+        },
+    )
+    got = (await rpc.ok("cstp.getDecision", {"id": recorded["id"]}))["decision"]
+    assert got["correlationId"] == MIGRATION["correlationId"]
+    rows = await run_sql(
+        database_url,
+        "SELECT d.pre_guardrails_passed, i.outcome FROM decisions d "
+        "JOIN intents i ON i.id = d.intent_id",
+    )
+    assert [(bool(r["pre_guardrails_passed"]), r["outcome"]) for r in rows] == [
+        (False, "escalated")
+    ]

@@ -137,6 +137,24 @@ LOAD_ERRORS = [
         "unknown action 'deny' (expected block, warn or escalate)",
     ),
     (
+        "guardrails:\n  - id: ok\n    description: d\n    action: escalate\n"
+        "    timeout: 366d\n    message: m\n",
+        5,
+        "invalid timeout '366d' (expected <n>s, <n>m, <n>h or <n>d up to 365d, e.g. 30m)",
+    ),
+    (
+        "guardrails:\n  - id: ok\n    description: d\n    action: escalate\n"
+        "    timeout: soon\n    message: m\n",
+        5,
+        "invalid timeout 'soon'",
+    ),
+    (
+        "guardrails:\n  - id: ok\n    description: d\n    action: block\n"
+        "    timeout: 1h\n    message: m\n",
+        5,
+        "only an escalate rule has a timeout",
+    ),
+    (
         RULE_HEAD + "    conditions:\n      - field: x\n        op: '=~'\n        value: 1\n",
         8,
         "unknown operator '=~' (expected one of ==, !=, <, <=, >, >=, in, not in)",

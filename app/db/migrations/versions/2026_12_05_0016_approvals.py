@@ -1,8 +1,12 @@
 """Escalation and approvals (SPEC.md, section 8).
 
-- ``guardrail_evaluations.escalations``: how many escalate rules fired (NULL before);
-  ``guardrail_rule_results.would_escalate``: a shadow escalate rule's "would have asked"
-  (NULL for the other actions and before). Both nullable, so SQLite adds them in place.
+- ``guardrail_evaluations.escalations``: how many escalate rules fired (NULL before), and
+  ``approval_id``: the approval an escalated evaluation asked for or answered with;
+  ``guardrail_rule_results.would_escalate``: an escalate rule's "would have asked" (true only
+  for a shadow one; NULL for the other actions and before). All nullable, so SQLite adds them
+  in place.
+- ``intents``: an index on (workspace, agent, correlation_id), for the announcements of a
+  correlation id whatever their outcome (an escalated one's re-announcements).
 - ``approvals`` (one row per request for a person's approval) and ``approval_decisions`` (at
   most one per approval: its key is the approval's id). Append-only like every audit table
   (UPDATE, DELETE and, on SQLite, REPLACE refused) and covered by the audit chain.
@@ -52,6 +56,15 @@ def _row_level_security() -> list[str]:
 def upgrade() -> None:
     dialect = op.get_bind().dialect.name
     op.add_column("guardrail_evaluations", sa.Column("escalations", sa.Integer(), nullable=True))
+    op.add_column("guardrail_evaluations", sa.Column("approval_id", sa.String(36), nullable=True))
+    op.create_index(
+        op.f("ix_guardrail_evaluations_approval_id"), "guardrail_evaluations", ["approval_id"]
+    )
+    op.create_index(
+        "ix_intents_workspace_agent_correlation",
+        "intents",
+        ["workspace", "agent", "correlation_id"],
+    )
     op.add_column(
         "guardrail_rule_results", sa.Column("would_escalate", sa.Boolean(), nullable=True)
     )
@@ -146,5 +159,8 @@ def downgrade() -> None:
     op.drop_table(APPROVALS)
     # In place on both databases (SQLite 3.35+ drops a column no index or trigger names),
     # so the evaluation tables keep their append-only triggers.
+    op.drop_index("ix_intents_workspace_agent_correlation", table_name="intents")
+    op.drop_index(op.f("ix_guardrail_evaluations_approval_id"), table_name="guardrail_evaluations")
     op.drop_column("guardrail_rule_results", "would_escalate")
+    op.drop_column("guardrail_evaluations", "approval_id")
     op.drop_column("guardrail_evaluations", "escalations")
