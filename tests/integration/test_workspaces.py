@@ -1,14 +1,19 @@
-"""Nothing crosses a workspace (SPEC.md section 7; the acceptance of issue 38).
+"""Nothing crosses a workspace (SPEC.md sections 7 and 8; the acceptance of issue 38).
 
 Three workspaces (``default``, ``red``, ``blue``) hold journals that look alike: the same
-agent names (``alice`` and ``bob`` with role agent, ``rita`` a reviewer) in each, the same
-correlationIds (``cid-shared`` of alice, ``cid-bob`` of bob) announced in each with other
-intents, twin decisions with the same text, and decisions and texts of each workspace's own
-(its marker word: heron, kestrel, osprey). Then every method, over ``/cstp`` and every tool
-over ``/mcp`` (the MCP SDK's client), is called with a token of one workspace against the
-ids, correlationIds and texts of another, first once per method, face and direction, then as
-Hypothesis chooses the method, the face, the two workspaces, the agent, which of the other
-workspace's ids, correlationIds and texts to send, and the other params.
+agent names (``alice`` and ``bob`` with role agent, ``rita`` a reviewer, ``carol`` an
+approver, ``audra`` an auditor) in each, the same correlationIds (``cid-shared`` of alice,
+``cid-bob`` of bob) announced in each with other intents, twin decisions with the same text,
+and decisions and texts of each workspace's own (its marker word: heron, kestrel, osprey).
+An escalate rule (a ``migration`` fact) gives each workspace approvals of the same kinds:
+pending ones under correlationIds every workspace has (``mig-shared``, ``mig-bob``) and one of
+its own (``mig-<ws>``), one denied and two approved by its carol (one asked by
+checkGuardrails, with no correlationId), one expired, and spare pending ones for carol to
+decide. Then every method, over ``/cstp`` and every tool over ``/mcp`` (the MCP SDK's client),
+is called with a token of one workspace against the ids, approval ids, correlationIds and
+texts of another, first once per method, face and direction, then as Hypothesis chooses the
+method, the face, the two workspaces, the agent, which of the other workspace's values to
+send, and the other params.
 
 Each answer is held to a model of the caller's workspace alone, read from SQL before the
 call: the decisions listed, counted (listDecisions ``total``, getCalibration's counts and
@@ -17,11 +22,16 @@ of a journal this small) and shown as similar or suggested (announceIntent) are 
 caller's own; an id of another workspace answers exactly as an id that exists nowhere
 (-32007, the same message and data, the id put in); a correlationId another workspace's
 agent of the same name announced is unknown to recordDecision (as a fresh one is) and a
-fresh announcement for announceIntent (no replay, no -32008 of the other's row). And around
-every call, in SQL: no row of another workspace is added, changed or removed (decisions,
-reasons, tags, reviews, intents, matches, evaluations, rule results, outbox events, chain
-entries), and every row the call writes carries the caller's workspace and points only at
-rows of it.
+fresh announcement for announceIntent (no replay, no -32008 of the other's row). Approvals
+likewise: getApproval, decideApproval and checkGuardrails' ``approvalId`` answer another
+workspace's approval exactly as one that exists nowhere (-32007), even for an approver;
+listApprovals lists and counts the caller's workspace's alone (status by time, pending first by
+deadline, then newest first); an escalated announcement finds only its own workspace's
+approval under its correlationId (its status, or -32008 for another action), else asks anew
+in the caller's workspace. And around every call, in SQL: no row of another workspace is
+added, changed or removed (decisions, reasons, tags, reviews, intents, matches, evaluations,
+rule results, outbox events, approvals and their decisions, chain entries), and every row the
+call writes carries the caller's workspace and points only at rows of it.
 
 Then what is not a method: each workspace's YAML files are under its own folder (default's
 as ever), and rate-limit budgets are per workspace. A busy workspace cannot push a word
@@ -41,6 +51,8 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx2
@@ -54,16 +66,24 @@ from mcp.client.streamable_http import streamable_http_client
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from app.approvals import expiry
 from app.asgi import build_registry, create_app
 from app.config import Settings, parse_rate_limits
-from app.scopes import DEFAULT_WORKSPACE
+from app.runtime import iso
+from app.scopes import DEFAULT_WORKSPACE, ROLES
 from app.search.embedder import Embedder
 from support.app import AppClient, Rpc, add_token, serve_app
 
 T = TypeVar("T")
 
 WORKSPACES = ("default", "red", "blue")
-ROLE = {"alice": "agent", "bob": "agent", "rita": "reviewer"}
+ROLE = {
+    "alice": "agent",
+    "bob": "agent",
+    "rita": "reviewer",
+    "carol": "approver",
+    "audra": "auditor",
+}
 MARK = {"default": "heron", "red": "kestrel", "blue": "osprey"}
 TICKET = {"default": "OPS-1101", "red": "OPS-2202", "blue": "OPS-3303"}
 CATEGORIES = ("architecture", "process", "tooling", "security")
@@ -72,15 +92,55 @@ OUTCOMES = ("success", "partial", "failure", "abandoned")
 MODES = ("semantic", "keyword", "hybrid")
 SCORES = {"success": 1.0, "partial": 0.5, "failure": 0.0}
 NOT_FOUND = -32007
+FORBIDDEN = -32010
+CONFLICT = -32008
+APPROVAL_STATUSES = ("pending", "approved", "denied", "expired")
 REGISTRY = build_registry()
 METHODS = tuple(REGISTRY.names())
 TOOL = {op.name: op.tool for op in REGISTRY.tools() if op.tool}
 WRITERS = ("alice", "bob")  # may announce, record and check guardrails
+DECIDERS = ("carol", "carol", "bob")  # mostly the approver; bob lacks the scope
+LISTERS = ("carol", "audra", "carol", "audra", "alice")  # approve, audit; alice neither
 MCP_HOST = "http://127.0.0.1:9991"  # a Host /mcp serves (loopback)
 
 
 def token(workspace: str, agent: str) -> str:
     return f"token-{workspace}-{agent}"
+
+
+# ---------------------------------------------------------------- the escalate rules
+
+# Added to the shipped rules (Settings.guardrails_dir). A migration waits a day, so that no
+# approval asked for during the calls expires while they run (an expiry row the server's loop
+# wrote in the middle of another workspace's call would be a row that call did not write);
+# a quick one expires while the world is built, and its expiry row is written before the calls.
+MIGRATION_RULE = "migration-needs-approval"
+RULES = f"""
+guardrails:
+  - id: {MIGRATION_RULE}
+    description: A database migration waits for a person's approval
+    action: escalate
+    timeout: 1d
+    conditions:
+      - {{field: migration, op: "==", value: true}}
+    message: A migration needs approval
+  - id: quick-approval
+    description: Asks a person, who has one second to answer
+    action: escalate
+    timeout: 1s
+    conditions:
+      - {{field: quick, op: "==", value: true}}
+    message: Needs a quick approval
+"""
+
+
+@pytest.fixture
+def settings(settings: Settings, tmp_path: Path) -> Settings:
+    """The tests' settings with the escalate rules (``client`` is built from these)."""
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "approvals.yaml").write_text(RULES, encoding="utf-8")
+    return settings.with_overrides(guardrails_dir=rules)
 
 
 # ---------------------------------------------------------------- the journals
@@ -125,6 +185,62 @@ def announcements(ws: str) -> list[tuple[str, dict[str, Any]]]:
             },
         ),
     ]
+
+
+def migrations(ws: str) -> list[tuple[str, dict[str, Any]]]:
+    """Each workspace's escalated announcements: ``mig-shared`` and ``mig-bob`` every
+    workspace has (with other intents), ``mig-<ws>`` its own; ``mig-approved`` is approved
+    and announced again (then stored as allowed, and replayed)."""
+    m, t = MARK[ws], TICKET[ws]
+
+    def migration(agent: str, what: str, cid: str) -> tuple[str, dict[str, Any]]:
+        return (
+            agent,
+            {
+                "intent": f"Migrate the {m} {what}",
+                "context": f"Tracked as {t}",
+                "category": "architecture",
+                "stakes": "medium",
+                "confidence": 0.8,
+                "metadata": {"migration": True, "database": m},
+                "correlationId": cid,
+            },
+        )
+
+    return [
+        migration("alice", "orders table", "mig-shared"),
+        migration("alice", "users table", f"mig-{ws}"),
+        migration("bob", "audit log", "mig-bob"),
+        migration("alice", "invoices table", "mig-approved"),
+    ]
+
+
+def migration_check(ws: str, what: str) -> dict[str, Any]:
+    """An action checkGuardrails escalates (its approval has no correlationId)."""
+    return {
+        "description": f"Migrate the {MARK[ws]} {what}",
+        "category": "architecture",
+        "stakes": "medium",
+        "confidence": 0.8,
+        "context": {"migration": True},
+    }
+
+
+def hurried(ws: str) -> dict[str, Any]:
+    """bob's announcement whose approval expires in a second: sent again only in its own
+    workspace (where it finds that approval, expired); elsewhere it would ask for one that
+    expires while the calls run."""
+    return {
+        "intent": f"Migrate the {MARK[ws]} cache in a hurry",
+        "stakes": "medium",
+        "confidence": 0.8,
+        "metadata": {"quick": True},
+        "correlationId": f"quick-{ws}",
+    }
+
+
+SPARES = 4  # pending approvals per workspace that carol decides in the telling calls
+WAITING = 6  # and those the chosen calls may decide
 
 
 @dataclass
@@ -223,6 +339,15 @@ class World:
     texts: dict[str, list[str]] = field(default_factory=dict)  # whole texts
     words: dict[str, list[str]] = field(default_factory=dict)  # their words
     tags: list[str] = field(default_factory=list)
+    approvals: dict[str, list[str]] = field(default_factory=dict)  # workspace -> approval ids
+    # (workspace, kind) -> an approval id; kinds: pending (alice's mig-shared), own (alice's
+    # mig-<ws>), denied (bob's mig-bob), granted (mig-approved), checked (approved, asked by
+    # checkGuardrails), expired (bob's quick one)
+    approval: dict[tuple[str, str], str] = field(default_factory=dict)
+    spare: dict[str, list[str]] = field(default_factory=dict)  # pending, asked by checks
+    waiting: dict[str, list[str]] = field(default_factory=dict)  # pending, for chosen calls
+    # workspace -> (requester, action, approval id) of its checkGuardrails approvals
+    checks: dict[str, list[tuple[str, dict[str, Any], str]]] = field(default_factory=dict)
 
 
 async def build_world(client: AppClient) -> World:
@@ -231,13 +356,15 @@ async def build_world(client: AppClient) -> World:
     for ws in WORKSPACES:
         for agent, role in ROLE.items():
             add_token(client, token(ws, agent), agent, role, workspace=ws)
+    quick_until = []
     for ws in WORKSPACES:
         texts: list[str] = []
+        # first, so that it has expired by the time the world is built
+        quick_until.append(await ask_quick(rpc, world, ws))
         world.announced[ws] = announcements(ws)
         for agent, params in world.announced[ws]:
             await rpc.ok("cstp.announceIntent", params, token=token(ws, agent))
             texts += [params["intent"], params["context"]]
-        world.cids[ws] = sorted({p["correlationId"] for _, p in world.announced[ws]})
         world.ids[ws] = []
         for planned in decisions(ws):
             result = await rpc.ok(
@@ -257,10 +384,79 @@ async def build_world(client: AppClient) -> World:
                     token=token(ws, reviewer),
                 )
                 texts.append(lessons)
+        texts += await ask_approvals(rpc, world, ws)
+        world.cids[ws] = sorted({p["correlationId"] for _, p in world.announced[ws]})
         world.texts[ws] = sorted(set(texts))
         world.words[ws] = sorted({w for t in texts for w in t.split() if len(w) > 3})
     world.tags = sorted(set(world.tags))
+    await expired(client, max(quick_until))
     return world
+
+
+async def ask_quick(rpc: Rpc, world: World, ws: str) -> datetime:
+    """bob's approval that expires in a second; its deadline."""
+    asked = await rpc.ok("cstp.announceIntent", hurried(ws), token=token(ws, "bob"))
+    escalation = asked["guardrailStatus"]["escalation"]
+    world.approval[(ws, "expired")] = escalation["approvalId"]
+    world.approvals[ws] = [escalation["approvalId"]]
+    return datetime.fromisoformat(escalation["expiresAt"])
+
+
+async def ask_approvals(rpc: Rpc, world: World, ws: str) -> list[str]:
+    """The workspace's approvals, asked by its agents and decided by its carol (never by the
+    agent that asked); the texts they sent."""
+    carol = token(ws, "carol")
+    asked: dict[str, str] = {}
+    for agent, params in migrations(ws):
+        answer = await rpc.ok("cstp.announceIntent", params, token=token(ws, agent))
+        asked[params["correlationId"]] = answer["guardrailStatus"]["escalation"]["approvalId"]
+    world.announced[ws] += migrations(ws)
+    await rpc.ok(
+        "cstp.decideApproval",
+        {"id": asked["mig-bob"], "verdict": "deny", "reason": f"Not during the {MARK[ws]} sale"},
+        token=carol,
+    )
+    await rpc.ok("cstp.decideApproval", {"id": asked["mig-approved"], "verdict": "approve"}, carol)
+    granted = dict(migrations(ws)[-1][1])
+    again = await rpc.ok("cstp.announceIntent", granted, token=token(ws, "alice"))
+    assert again["guardrailStatus"]["allowed"] is True
+    world.approval |= {
+        (ws, "pending"): asked["mig-shared"],
+        (ws, "own"): asked[f"mig-{ws}"],
+        (ws, "denied"): asked["mig-bob"],
+        (ws, "granted"): asked["mig-approved"],
+    }
+    world.checks[ws] = []
+    for what in ("billing database", *(f"ledger, part {k}" for k in range(SPARES))):
+        action = migration_check(ws, what)
+        answer = await rpc.ok("cstp.checkGuardrails", {"action": action}, token(ws, "alice"))
+        world.checks[ws].append(("alice", action, answer["escalation"]["approvalId"]))
+    world.approval[(ws, "checked")] = world.checks[ws][0][2]
+    await rpc.ok(
+        "cstp.decideApproval",
+        {"id": world.checks[ws][0][2], "verdict": "approve", "reason": "Window agreed"},
+        carol,
+    )
+    world.spare[ws] = [c[2] for c in world.checks[ws][1:]]
+    for k in range(WAITING):
+        action = migration_check(ws, f"archive, batch {k}")
+        answer = await rpc.ok("cstp.checkGuardrails", {"action": action}, token(ws, "bob"))
+        world.checks[ws].append(("bob", action, answer["escalation"]["approvalId"]))
+    world.waiting[ws] = [c[2] for c in world.checks[ws][1 + SPARES :]]
+    world.waiting[ws] += [asked["mig-shared"], asked[f"mig-{ws}"]]
+    world.approvals[ws] += [*asked.values(), *(c[2] for c in world.checks[ws])]
+    sent = [p["intent"] for _, p in migrations(ws)]
+    sent += [action["description"] for _, action, _ in world.checks[ws]]
+    return [*sent, f"Not during the {MARK[ws]} sale", "Window agreed"]
+
+
+async def expired(client: AppClient, until: datetime) -> None:
+    """Past the quick approvals' deadline, with their expiry rows written (by the server's
+    loop or here): nothing is left for the loop to write while the calls run."""
+    await asyncio.sleep(max(0.0, (until - datetime.now(UTC)).total_seconds()) + 0.2)
+    services = client.app.state.services
+    while await expiry.expire_overdue(services.db, services.runtime.now):
+        pass
 
 
 # ---------------------------------------------------------------- SQL: every row, by table
@@ -279,6 +475,8 @@ TABLES: dict[str, tuple[str | None, dict[str, str]]] = {
     "guardrail_evaluations": ("id", {}),
     "guardrail_rule_results": ("id", {"evaluation_id": "guardrail_evaluations"}),
     "outbox_events": ("id", {"decision_id": "decisions"}),
+    "approvals": ("id", {"evaluation_id": "guardrail_evaluations"}),
+    "approval_decisions": ("approval_id", {"approval_id": "approvals"}),
     "audit_chain": ("seq", {}),
 }
 # An outbox event's progress (status, attempts, lease) is the relay's to change, whenever it
@@ -288,6 +486,19 @@ COLUMNS = {"outbox_events": "id, workspace, kind, decision_id, created_at"}
 
 def canonical(row: dict[str, Any]) -> str:
     return json.dumps(row, sort_keys=True, default=str)
+
+
+def loaded(value: Any) -> Any:
+    """A JSON column's value as read by plain SQL: text on either database here."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def moment(value: Any) -> datetime:
+    """A timestamp column's value as read by plain SQL: an aware datetime on Postgres, the
+    naive UTC text SQLite stores."""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC)
+    return datetime.fromisoformat(value).replace(tzinfo=UTC)
 
 
 @dataclass
@@ -301,6 +512,13 @@ class Snapshot:
 
     def of(self, table: str, ws: str) -> list[dict[str, Any]]:
         return [r for r in self.rows[table] if r["workspace"] == ws]
+
+    def added(self, before: Snapshot, table: str) -> list[dict[str, Any]]:
+        """The rows of ``table`` here that ``before`` did not have (by key)."""
+        key = TABLES[table][0]
+        assert key is not None
+        known = {str(r[key]) for r in before.rows[table]}
+        return [r for r in self.rows[table] if str(r[key]) not in known]
 
 
 async def snapshot(engine: AsyncEngine) -> Snapshot:
@@ -353,12 +571,20 @@ class Model:
     tags: dict[str, set[str]]
     reviews: Counter[str]
     intents: dict[tuple[str, str], dict[str, Any]]  # (agent, cid) -> its ok announcement
+    # id -> the approval's row with its decision's columns (verdict None while undecided)
+    approvals: dict[str, dict[str, Any]]
 
     @classmethod
     def of(cls, snap: Snapshot, ws: str) -> Model:
         tags: dict[str, set[str]] = {}
         for r in snap.of("decision_tags", ws):
             tags.setdefault(r["decision_id"], set()).add(r["tag"])
+        undecided = {"verdict": None, "decided_by": None, "decided_at": None, "reason": None}
+        decided = {r["approval_id"]: r for r in snap.of("approval_decisions", ws)}
+        approvals = {}
+        for r in snap.of("approvals", ws):
+            d = decided.get(r["id"], undecided)
+            approvals[r["id"]] = {**r, **{k: d[k] for k in undecided}}
         return cls(
             decisions={r["id"]: r for r in snap.of("decisions", ws)},
             tags=tags,
@@ -368,7 +594,70 @@ class Model:
                 for r in snap.of("intents", ws)
                 if r["outcome"] == "ok"
             },
+            approvals=approvals,
         )
+
+    # ---- approvals
+
+    @staticmethod
+    def status(a: dict[str, Any], now: datetime) -> str:
+        """Its decision's verdict, else expired from its deadline on, else pending."""
+        if a["verdict"] is not None:
+            return str(a["verdict"])
+        return "expired" if now >= moment(a["expires_at"]) else "pending"
+
+    def shown(self, approval_id: str, now: datetime) -> dict[str, Any]:
+        """The approval as getApproval, listApprovals and decideApproval answer it."""
+        a = self.approvals[approval_id]
+        out = {
+            "id": a["id"],
+            "status": self.status(a, now),
+            "requestedBy": a["requested_by"],
+            "correlationId": a["correlation_id"],
+            "action": loaded(a["action"]),
+            "rules": loaded(a["rules"]),
+            "createdAt": iso(moment(a["created_at"])),
+            "expiresAt": iso(moment(a["expires_at"])),
+            "evaluationId": a["evaluation_id"],
+        }
+        if a["decided_at"] is not None:
+            out["decidedAt"] = iso(moment(a["decided_at"]))
+        out |= {"decidedBy": a["decided_by"]} if a["decided_by"] is not None else {}
+        out |= {"reason": a["reason"]} if a["reason"] is not None else {}
+        return out
+
+    def approvals_listed(self, status: str | None, now: datetime) -> list[str]:
+        """listApprovals' order of the matching ids: pending first, the soonest to expire
+        first, then the others, newest first (ties by id)."""
+        matching = [a for a in self.approvals.values() if status in (None, self.status(a, now))]
+        pending = [a for a in matching if self.status(a, now) == "pending"]
+        rest = [a for a in matching if self.status(a, now) != "pending"]
+        pending.sort(key=lambda a: a["id"])
+        pending.sort(key=lambda a: moment(a["created_at"]), reverse=True)
+        pending.sort(key=lambda a: moment(a["expires_at"]))
+        rest.sort(key=lambda a: a["id"])
+        rest.sort(key=lambda a: moment(a["created_at"]), reverse=True)
+        return [a["id"] for a in pending + rest]
+
+    def asked(self, agent: str, cid: str) -> dict[str, Any] | None:
+        """The approval ``agent`` asked for under ``cid``, if any."""
+        found = [
+            a
+            for a in self.approvals.values()
+            if (a["requested_by"], a["correlation_id"]) == (agent, cid)
+        ]
+        assert len(found) <= 1, found
+        return found[0] if found else None
+
+    @staticmethod
+    def escalation(a: dict[str, Any], status: str) -> dict[str, Any]:
+        """The ``escalation`` a guardrail answer shows for approval ``a``."""
+        return {
+            "approvalId": a["id"],
+            "status": status,
+            "expiresAt": iso(moment(a["expires_at"])),
+            "rules": loaded(a["rules"]),
+        }
 
     def listed(self, p: dict[str, Any]) -> set[str]:
         out = set()
@@ -436,6 +725,54 @@ def sums(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "accuracy": mean([s for _, s in scored]),
         "meanConfidence": mean([c for c, _ in scored]),
     }
+
+
+def sees_every_approval(agent: str) -> bool:
+    """An approver or auditor reads every approval of its workspace, an agent its own."""
+    return bool(ROLES[ROLE[agent]] & {"approve", "audit"})
+
+
+def may_call(agent: str, method: str) -> bool:
+    """Whether ``agent``'s role has one of the scopes the method declares."""
+    op = REGISTRY.get(method)
+    assert op is not None, method
+    return bool(ROLES[ROLE[agent]] & set(op.scopes))
+
+
+def action_of(
+    description: str,
+    category: str | None,
+    stakes: str | None,
+    confidence: float | None,
+    project: str | None,
+    facts: dict[str, Any],
+) -> dict[str, Any]:
+    """The action an approval keeps: what was evaluated, as the caller sent it."""
+    return {
+        "description": description,
+        "category": category,
+        "stakes": stakes,
+        "confidence": confidence,
+        "project": project,
+        "context": facts,
+    }
+
+
+def blocked(action: dict[str, Any]) -> bool:
+    """Whether a block rule of the shipped ones fires (the calls send no fact of another)."""
+    facts = action["context"]
+    return (
+        action["stakes"] in ("high", "critical")
+        and action["confidence"] is not None
+        and action["confidence"] < 0.5
+    ) or (facts.get("affects_production") is True and facts.get("code_review") is not True)
+
+
+def escalates(action: dict[str, Any]) -> bool:
+    """Whether an escalate rule asks for an approval: its fact, and no block rule (block
+    wins)."""
+    facts = action["context"]
+    return (facts.get("migration") is True or facts.get("quick") is True) and not blocked(action)
 
 
 def bucket(confidence: float) -> int:
@@ -524,6 +861,14 @@ def unknown_id(snap: Snapshot) -> str:
     return fresh
 
 
+def unknown_approval(snap: Snapshot) -> str:
+    """An approval id no workspace has."""
+    taken = {r["id"] for r in snap.rows["approvals"]}
+    while (fresh := str(uuid.uuid4())) in taken:
+        pass
+    return fresh
+
+
 class Checker:
     def __init__(
         self, faces: Faces, engine: AsyncEngine, settings: Settings, baseline: dict[str, Any]
@@ -547,36 +892,54 @@ class Checker:
         after = await snapshot(self.engine)
         check_rows(before, after, case.me, self.seen)
         self.answered[next(iter(answer))] += 1
+        if not may_call(case.agent, case.method):  # refused before anything is read
+            if reference is not None:
+                assert answer == put(reference["answer"], reference["value"], reference["sent"])
+            op = REGISTRY.get(case.method)
+            assert op is not None
+            assert answer["error"]["code"] == FORBIDDEN, (case, answer)
+            assert answer["error"]["data"] == {"scope": op.scopes[0]}, (case, answer)
+            return
         expect = getattr(self, "expect_" + case.method.split(".")[-1])
         expect(case, model, answer, reference, before, after)
 
     async def reference(self, case: Case, snap: Snapshot, mine: Model) -> dict[str, Any] | None:
         """The answer to the same call with a value that exists nowhere, where the call
-        names another workspace's id or correlationId: what it must answer too."""
+        names another workspace's id, approval id or correlationId (or an approval of its
+        own workspace the caller may not see): what it must answer too."""
         p = case.params
+        name, fresh = None, ""
         if case.method in ("cstp.getDecision", "cstp.reviewDecision"):
-            if p["id"] in mine.decisions:
-                return None
-            fresh = unknown_id(snap)
-            answer = await self.faces.call(
-                case.face, case.me, case.agent, case.method, {**p, "id": fresh}
-            )
-            return {"value": fresh, "answer": answer}
-        if case.method == "cstp.recordDecision" and "correlationId" in p:
-            if (case.agent, p["correlationId"]) in mine.intents:
-                return None
-            fresh = f"never-{uuid.uuid4().hex[:12]}"
-            answer = await self.faces.call(
-                case.face, case.me, case.agent, case.method, {**p, "correlationId": fresh}
-            )
-            return {"value": fresh, "answer": answer}
-        return None
+            if p["id"] not in mine.decisions:
+                name, fresh = "id", unknown_id(snap)
+        elif case.method == "cstp.recordDecision" and "correlationId" in p:
+            if (case.agent, p["correlationId"]) not in mine.intents:
+                name, fresh = "correlationId", f"never-{uuid.uuid4().hex[:12]}"
+        elif case.method in ("cstp.getApproval", "cstp.decideApproval"):
+            a = mine.approvals.get(p["id"])
+            if a is None or (
+                case.method == "cstp.getApproval"
+                and a["requested_by"] != case.agent
+                and not sees_every_approval(case.agent)
+            ):
+                name, fresh = "id", unknown_approval(snap)
+        elif case.method == "cstp.checkGuardrails" and "approvalId" in p:
+            a = mine.approvals.get(p["approvalId"])
+            if a is None or a["requested_by"] != case.agent:  # only the caller's own
+                name, fresh = "approvalId", unknown_approval(snap)
+        if name is None:
+            return None
+        answer = await self.faces.call(
+            case.face, case.me, case.agent, case.method, {**p, name: fresh}
+        )
+        return {"value": fresh, "sent": p[name], "answer": answer}
 
     def crossing(self, case: Case, before: Snapshot, *values: Any) -> bool:
         """Whether the call names an id, correlationId or text of another workspace (counted
         for the coverage check at the end)."""
         others = [ws for ws in WORKSPACES if ws != case.me]
         ids = {r["id"] for r in before.rows["decisions"] if r["workspace"] in others}
+        ids |= {r["id"] for r in before.rows["approvals"] if r["workspace"] in others}
         cids = {r["correlation_id"] for r in before.rows["intents"] if r["workspace"] in others}
         marks = [MARK[ws] for ws in others] + [TICKET[ws] for ws in others]
         crossed = any(
@@ -590,7 +953,7 @@ class Checker:
     # ---- the methods that take a decision id
 
     def as_unknown(self, case: Case, answer: dict[str, Any], reference: dict[str, Any]) -> None:
-        value = case.params["id"]
+        value = reference["sent"]
         assert answer == put(reference["answer"], reference["value"], value), (case, answer)
         assert answer["error"]["code"] == NOT_FOUND and answer["error"]["data"] == {"id": value}
 
@@ -714,6 +1077,76 @@ class Checker:
     def expect_discover(self, case: Case, _: Model, answer: dict[str, Any], *__: Any) -> None:
         assert answer["result"] == self.baseline["discover"]
 
+    # ---- approvals
+
+    def expect_getApproval(
+        self,
+        case: Case,
+        model: Model,
+        answer: dict[str, Any],
+        reference: Any,
+        before: Snapshot,
+        _: Any,
+    ) -> None:
+        self.crossing(case, before, case.params["id"])
+        if reference is not None:
+            return self.as_unknown(case, answer, reference)
+        now = datetime.now(UTC)
+        assert answer["result"] == {"approval": model.shown(case.params["id"], now)}, case
+        return None
+
+    def expect_listApprovals(
+        self, case: Case, model: Model, answer: dict[str, Any], _: Any, before: Snapshot, *__: Any
+    ) -> None:
+        p = case.params
+        now = datetime.now(UTC)
+        if any(  # another workspace holds approvals this filter would list
+            ws != case.me and p.get("status") in (None, Model.status(a, now))
+            for ws in WORKSPACES
+            for a in Model.of(before, ws).approvals.values()
+        ):
+            self.crossed[(case.method, case.face)] += 1
+        want = model.approvals_listed(p.get("status"), now)
+        offset, limit = p.get("offset", 0), p.get("limit", 20)
+        result = answer["result"]
+        assert result["total"] == len(want), (case, result["total"], len(want))
+        got = [a["id"] for a in result["approvals"]]
+        assert got == want[offset : offset + limit], (case, got, want)
+        assert result["approvals"] == [model.shown(i, now) for i in got], case
+
+    def expect_decideApproval(
+        self,
+        case: Case,
+        model: Model,
+        answer: dict[str, Any],
+        reference: Any,
+        before: Snapshot,
+        after: Snapshot,
+    ) -> None:
+        p = case.params
+        self.crossing(case, before, p["id"], p.get("reason"))
+        written = after.added(before, "approval_decisions")
+        if reference is not None:
+            assert written == [], (case, written)
+            return self.as_unknown(case, answer, reference)
+        a = model.approvals[p["id"]]
+        status = Model.status(a, datetime.now(UTC))
+        if a["requested_by"] == case.agent:  # four eyes
+            assert answer["error"]["code"] == FORBIDDEN and written == [], (case, answer)
+            return None
+        if status != "pending":
+            assert answer["error"]["code"] == CONFLICT, (case, answer)
+            assert answer["error"]["data"] == {"id": p["id"], "status": status}, (case, answer)
+            assert written == [], (case, written)
+            return None
+        [row] = written
+        verdict = {"approve": "approved", "deny": "denied"}[p["verdict"]]
+        assert (row["approval_id"], row["workspace"], row["verdict"]) == (p["id"], case.me, verdict)
+        assert (row["decided_by"], row["reason"]) == (case.agent, p.get("reason")), row
+        now = Model.of(after, case.me)
+        assert answer["result"] == {"approval": now.shown(p["id"], datetime.now(UTC))}, case
+        return None
+
     # ---- the methods that write
 
     def expect_checkGuardrails(
@@ -721,18 +1154,70 @@ class Checker:
         case: Case,
         model: Model,
         answer: dict[str, Any],
-        _: Any,
+        reference: Any,
         before: Snapshot,
         after: Snapshot,
     ) -> None:
-        self.crossing(case, before, case.params["action"]["description"])
+        p = case.params
+        self.crossing(case, before, p["action"]["description"], p.get("approvalId"))
+        added = {r["id"] for r in after.added(before, "guardrail_evaluations")}
+        asked = after.added(before, "approvals")
+        if reference is not None:  # an approval of another workspace, or agent, or none
+            assert added == set() and asked == [], (case, added, asked)
+            return self.as_unknown(case, answer, reference)
+        a = p["action"]
+        action = action_of(
+            a["description"],
+            a.get("category"),
+            a.get("stakes"),
+            a.get("confidence"),
+            a.get("project"),
+            a.get("context", {}),
+        )
+        existing = model.approvals.get(p["approvalId"]) if "approvalId" in p else None
+        if escalates(action) and existing is not None and loaded(existing["action"]) != action:
+            assert answer["error"]["code"] == CONFLICT, (case, answer)
+            assert answer["error"]["data"] == {"approvalId": existing["id"]}, (case, answer)
+            assert added == set() and asked == [], (case, added, asked)
+            return None
         result = answer["result"]
         assert result["agent"] == case.agent
-        added = {r["id"] for r in after.rows["guardrail_evaluations"]} - {
-            r["id"] for r in before.rows["guardrail_evaluations"]
-        }
         assert added == {result["evaluationId"]}
         assert after.workspace_of("guardrail_evaluations")[result["evaluationId"]] == case.me
+        if not escalates(action):
+            assert "escalation" not in result and asked == [], (case, result, asked)
+            assert result["allowed"] is not blocked(action), (case, result)
+            return None
+        if existing is not None:  # the caller's own approval: where it stands
+            assert asked == [], (case, asked)
+            status = Model.status(existing, datetime.now(UTC))
+        else:
+            [existing] = asked
+            self.check_asked(case, existing, result["evaluationId"], action, None)
+            status = "pending"
+        assert result["escalation"] == Model.escalation(existing, status), (case, result)
+        assert result["allowed"] is (status == "approved"), (case, result)
+        return None
+
+    def check_asked(
+        self,
+        case: Case,
+        row: dict[str, Any],
+        evaluation_id: str,
+        action: dict[str, Any],
+        cid: str | None,
+    ) -> None:
+        """A new approval: of the caller's workspace and agent, for this action, evaluation
+        and correlationId, waiting a day."""
+        source = case.method.split(".")[-1]
+        assert (row["workspace"], row["requested_by"], row["source"]) == (
+            case.me,
+            case.agent,
+            source,
+        ), row
+        assert (row["evaluation_id"], row["correlation_id"]) == (evaluation_id, cid), row
+        assert loaded(row["action"]) == action and loaded(row["rules"]) == [MIGRATION_RULE]
+        assert moment(row["expires_at"]) - moment(row["created_at"]) == timedelta(days=1)
 
     def expect_announceIntent(
         self,
@@ -747,11 +1232,8 @@ class Checker:
         cid = p.get("correlationId")
         self.crossing(case, before, cid, p["intent"])
         stored = model.intents.get((case.agent, cid)) if cid is not None else None
-        new_intents = [
-            r
-            for r in after.rows["intents"]
-            if r["id"] not in {i["id"] for i in before.rows["intents"]}
-        ]
+        new_intents = after.added(before, "intents")
+        asked = after.added(before, "approvals")
         if stored is not None:
             same = all(
                 stored[column] == p.get(name)
@@ -762,19 +1244,37 @@ class Checker:
                     ("stakes", "stakes"),
                     ("confidence", "confidence"),
                 )
-            )
+            ) and loaded(stored["metadata"]) == p.get("metadata", {})
             if same:  # a retry of this workspace's own announcement: its stored answer
                 assert answer["result"] == json.loads(stored["response"]), case
                 assert new_intents == []
             else:  # this workspace's own announcement with that id was of another intent
-                assert answer["error"]["code"] == -32008, (case, answer)
+                assert answer["error"]["code"] == CONFLICT, (case, answer)
                 assert answer["error"]["data"] == {"correlationId": cid}
+            assert asked == [], (case, asked)
+            return
+        action = action_of(
+            p["intent"],
+            p.get("category"),
+            p.get("stakes", "medium"),
+            p.get("confidence"),
+            p.get("project"),
+            p.get("metadata", {}),
+        )
+        # only this workspace's approval of this agent under the correlationId counts
+        existing = model.asked(case.agent, cid) if cid is not None else None
+        if escalates(action) and existing is not None and loaded(existing["action"]) != action:
+            assert answer["error"]["code"] == CONFLICT, (case, answer)
+            assert answer["error"]["data"] == {"approvalId": existing["id"]}, (case, answer)
+            assert asked == [], (case, asked)
             return
         # a fresh announcement of this workspace, whatever another announced with that id
         result = answer["result"]
         if cid is not None:
             assert result["correlationId"] == cid
-        [row] = [r for r in new_intents if r["outcome"] == "ok"]
+        status = self.escalated(case, model, result, action, existing, asked)
+        outcome = "escalated" if status not in (None, "approved") else "ok"
+        [row] = [r for r in new_intents if r["outcome"] == outcome]
         assert (row["workspace"], row["agent"], row["correlation_id"]) == (
             case.me,
             case.agent,
@@ -799,6 +1299,33 @@ class Checker:
                 if suggestion.startswith(prefix):
                     title = suggestion[len(prefix) :]
                     assert outcome_of.get(title) == outcome, (case, suggestion, outcome_of)
+
+    def escalated(
+        self,
+        case: Case,
+        model: Model,
+        result: dict[str, Any],
+        action: dict[str, Any],
+        existing: dict[str, Any] | None,
+        asked: list[dict[str, Any]],
+    ) -> str | None:
+        """announceIntent's escalation, as the model predicts it: the status of the approval
+        it names (None when it escalated not)."""
+        verdict = result["guardrailStatus"]
+        if not escalates(action):
+            assert "escalation" not in verdict and asked == [], (case, verdict, asked)
+            return None
+        if existing is not None:  # asking again: where this workspace's approval stands
+            assert asked == [], (case, asked)
+            status = Model.status(existing, datetime.now(UTC))
+        else:
+            [existing] = asked
+            cid = result["correlationId"]
+            self.check_asked(case, existing, verdict["evaluationId"], action, cid)
+            status = "pending"
+        assert verdict["escalation"] == Model.escalation(existing, status), (case, verdict)
+        assert verdict["allowed"] is (status == "approved") and verdict["violations"] == []
+        return status
 
     def expect_recordDecision(
         self,
@@ -846,17 +1373,30 @@ def others(me: str) -> list[str]:
 
 
 def representative(
-    world: World, method: str, me: str, them: str
+    world: World, face: str, method: str, me: str, them: str
 ) -> list[tuple[str, dict[str, Any]]]:
     """The most telling calls of ``method`` from ``me`` against ``them`` (agent, params):
-    another workspace's decision ids, its alice's correlationIds and texts sent by this
-    workspace's alice, and the calls that must succeed (a review by this workspace's
-    reviewer, a decision linked to this workspace's ``cid-shared``), so that every table is
-    written."""
+    another workspace's decision and approval ids, its alice's correlationIds and texts sent
+    by this workspace's alice (and approver, and auditor), and the calls that must succeed (a
+    review by this workspace's reviewer, a decision linked to this workspace's
+    ``cid-shared``, a decision of one of this workspace's pending approvals by its approver,
+    a new approval asked in this workspace), so that every table is written."""
     their_alice = world.by_agent[(them, "alice")]
     their_bob = world.by_agent[(them, "bob")]
     shared, own_cid = (dict(a[1]) for a in world.announced[them][:2])  # verbatim
+    their_mig_shared, their_mig_own = (dict(a[1]) for a in migrations(them)[:2])
+    _, my_mig_bob, my_mig_approved = (dict(a[1]) for a in migrations(me)[1:])
+    my_quick = hurried(me)
+    my_quick_check = action_of(
+        my_quick["intent"], None, "medium", 0.8, None, my_quick["metadata"]
+    )  # the action bob's quick announcement asked for, as a check sends it
     m, t = MARK[them], TICKET[them]
+    theirs = {kind: world.approval[(them, kind)] for ws, kind in world.approval if ws == them}
+    mine = {kind: world.approval[(me, kind)] for ws, kind in world.approval if ws == me}
+    _, their_check, _ = world.checks[them][0]
+    _, my_check, _ = world.checks[me][0]
+    # each (face, direction) decides a spare pending approval of its own
+    spare = world.spare[me][2 * ("cstp", "mcp").index(face) + others(me).index(them)]
     calls: dict[str, list[tuple[str, dict[str, Any]]]] = {
         "cstp.getDecision": [("alice", {"id": their_alice[0]}), ("rita", {"id": their_bob[-1]})],
         "cstp.reviewDecision": [
@@ -886,9 +1426,54 @@ def representative(
         "cstp.listGuardrails": [("alice", {"scope": m})],
         "rpc.discover": [("alice", {})],
         "cstp.checkGuardrails": [
-            ("alice", {"action": {"description": shared["intent"], "category": "process"}})
+            ("alice", {"action": {"description": shared["intent"], "category": "process"}}),
+            # their approved approval of the same action (its alice's): as none at all
+            ("alice", {"action": their_check, "approvalId": theirs["checked"]}),
+            ("alice", {"action": my_check, "approvalId": mine["checked"]}),  # its own
+            ("bob", {"action": my_check, "approvalId": mine["checked"]}),  # alice's
+            ("alice", {"action": migration_check(them, "ledger, part 0")}),  # asks anew
+            ("bob", {"action": my_quick_check, "approvalId": mine["expired"]}),  # announced
         ],
-        "cstp.announceIntent": [("alice", shared), ("alice", own_cid)],
+        "cstp.announceIntent": [
+            ("alice", shared),
+            ("alice", own_cid),
+            ("alice", their_mig_shared),  # -32008: this workspace's mig-shared, another action
+            ("alice", their_mig_own),  # a cid no approval here has: asks anew
+            ("alice", my_mig_approved),  # approved, then allowed: the stored answer
+            ("bob", my_mig_bob),  # denied: evaluated again, still not allowed
+            ("bob", my_quick),  # expired: the same, and no new approval
+        ],
+        "cstp.getApproval": [
+            ("alice", {"id": theirs["own"]}),  # their alice's, asked by this one's namesake
+            ("carol", {"id": theirs["denied"]}),
+            ("audra", {"id": theirs["expired"]}),
+            ("alice", {"id": mine["own"]}),
+            ("bob", {"id": mine["pending"]}),  # alice's: as none at all
+            ("carol", {"id": mine["denied"]}),
+            ("audra", {"id": mine["expired"]}),
+        ],
+        "cstp.listApprovals": [
+            ("carol", {"limit": 500}),
+            ("audra", {"status": "pending", "limit": 500}),
+            ("carol", {"status": "approved", "limit": 1, "offset": 1}),
+            ("audra", {"status": "expired"}),
+            ("alice", {}),  # -32010: neither approve nor audit
+        ],
+        "cstp.decideApproval": [
+            ("carol", {"id": theirs["pending"], "verdict": "approve", "reason": f"By {me}"}),
+            ("carol", {"id": theirs["checked"], "verdict": "deny"}),  # decided there
+            ("carol", {"id": theirs["expired"], "verdict": "approve"}),
+            ("alice", {"id": theirs["own"], "verdict": "approve"}),  # -32010: no approve
+            ("carol", {"id": mine["denied"], "verdict": "approve"}),  # -32008: denied
+            (
+                "carol",
+                {
+                    "id": spare,
+                    "verdict": ("approve", "deny")[face == "mcp"],
+                    "reason": f"The {MARK[me]} window is agreed",
+                },
+            ),
+        ],
         "cstp.recordDecision": [
             (
                 "alice",
@@ -927,7 +1512,8 @@ def strategies(world: World) -> st.SearchStrategy[Case]:
         me = draw(st.sampled_from(WORKSPACES))
         them = draw(st.sampled_from(others(me)))
         writes = method in ("cstp.announceIntent", "cstp.recordDecision", "cstp.checkGuardrails")
-        agent = draw(st.sampled_from(WRITERS if writes else tuple(ROLE)))
+        agents = {"cstp.decideApproval": DECIDERS, "cstp.listApprovals": LISTERS}
+        agent = draw(st.sampled_from(agents.get(method, WRITERS if writes else tuple(ROLE))))
         whose = draw(st.sampled_from((them, them, them, me)))  # mostly the other's values
 
         def some_id() -> str:
@@ -935,6 +1521,14 @@ def strategies(world: World) -> st.SearchStrategy[Case]:
                 st.one_of(
                     st.sampled_from(world.ids[whose]),
                     st.from_regex(r"[0-9a-f]{8}", fullmatch=True),  # (almost surely) nowhere
+                )
+            )
+
+        def some_approval() -> str:
+            return draw(
+                st.one_of(
+                    st.sampled_from(world.approvals[whose]),
+                    st.uuids().map(str),  # (almost surely) nowhere
                 )
             )
 
@@ -996,15 +1590,38 @@ def strategies(world: World) -> st.SearchStrategy[Case]:
         elif method == "rpc.discover":
             p = {}
         elif method == "cstp.checkGuardrails":
-            p = {
-                "action": {
-                    "description": some_text(),
-                    "category": draw(category),
-                    "stakes": draw(st.sampled_from(STAKES)),
-                    "confidence": draw(st.sampled_from((0.3, 0.9))),
-                    "context": {"affects_production": draw(st.booleans())},
+            if draw(st.booleans()):  # an action a check escalated, maybe with its approval
+                _, action, approval_id = draw(st.sampled_from(world.checks[whose]))
+                p = {"action": dict(action)}
+                p |= maybe(
+                    "approvalId", lambda: approval_id if draw(st.booleans()) else some_approval()
+                )
+            else:
+                facts: dict[str, Any] = {"affects_production": draw(st.booleans())}
+                facts |= maybe("migration", lambda: True)
+                p = {
+                    "action": {
+                        "description": some_text(),
+                        "category": draw(category),
+                        "stakes": draw(st.sampled_from(STAKES)),
+                        "confidence": draw(st.sampled_from((0.3, 0.9))),
+                        "context": facts,
+                    }
                 }
-            }
+                p |= maybe("approvalId", some_approval)
+        elif method == "cstp.getApproval":
+            p = {"id": some_approval()}
+        elif method == "cstp.listApprovals":
+            p = maybe("status", lambda: draw(st.sampled_from(APPROVAL_STATUSES)))
+            p |= maybe("limit", lambda: draw(st.sampled_from((1, 2, 500))))
+            p |= maybe("offset", lambda: draw(st.sampled_from((0, 1, 3))))
+        elif method == "cstp.decideApproval":
+            if draw(st.booleans()):  # pending unless decided by then; half of them its own
+                approval = draw(st.sampled_from(world.waiting[draw(st.sampled_from((me, whose)))]))
+            else:
+                approval = some_approval()
+            p = {"id": approval, "verdict": draw(st.sampled_from(("approve", "deny")))}
+            p |= maybe("reason", some_text)
         elif method == "cstp.announceIntent":
             theirs = [a for a in world.announced[whose] if a[0] == agent]
             if theirs and draw(st.booleans()):
@@ -1018,6 +1635,7 @@ def strategies(world: World) -> st.SearchStrategy[Case]:
                     "confidence": draw(st.sampled_from((0.5, 0.8))),
                 }
                 p |= maybe("correlationId", some_cid)
+                p |= maybe("metadata", lambda: {"migration": True})  # escalates
         else:
             assert method == "cstp.recordDecision"
             p = {
@@ -1121,7 +1739,7 @@ async def calls(
     every.sort(key=lambda pair: pair[1] != "cstp.recordDecision")
     for face, method in every:
         for me, them in (("red", "default"), ("default", "red"), ("blue", "red")):
-            for agent, params in representative(world, method, me, them):
+            for agent, params in representative(world, face, method, me, them):
                 await checker.check(Case(face, me, agent, method, params))
 
     bridge = Bridge()
@@ -1182,7 +1800,7 @@ async def test_nothing_crosses_a_workspace(
     client: AppClient, engine: AsyncEngine, settings: Settings
 ) -> None:
     """Every method and tool against another workspace's ids, correlationIds and texts:
-    first the telling calls of each method, face and direction (105), then 60 calls
+    first the telling calls of each method, face and direction (273), then 60 calls
     chosen by Hypothesis."""
     checker = await run_property(client, engine, settings, examples=60)
     assert_covered(checker)
@@ -1192,7 +1810,7 @@ async def test_nothing_crosses_a_workspace(
 async def test_nothing_crosses_a_workspace_at_length(
     client: AppClient, engine: AsyncEngine, settings: Settings
 ) -> None:
-    """The same with 400 calls chosen by Hypothesis (half a minute)."""
+    """The same with 400 calls chosen by Hypothesis (a minute and a half)."""
     checker = await run_property(client, engine, settings, examples=400)
     assert_covered(checker)
 
