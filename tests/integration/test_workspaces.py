@@ -48,7 +48,7 @@ import json
 import re
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -455,7 +455,11 @@ async def expired(client: AppClient, until: datetime) -> None:
     loop or here): nothing is left for the loop to write while the calls run."""
     await asyncio.sleep(max(0.0, (until - datetime.now(UTC)).total_seconds()) + 0.2)
     services = client.app.state.services
-    while await expiry.expire_overdue(services.db, services.runtime.now):
+
+    def later() -> datetime:  # past the writer's grace after the deadline
+        return services.runtime.now() + expiry.GRACE
+
+    while await expiry.expire_overdue(services.db, later):
         pass
 
 
@@ -563,6 +567,16 @@ def check_rows(before: Snapshot, after: Snapshot, me: str, seen: Counter[str]) -
 # ---------------------------------------------------------------- the model of one workspace
 
 
+def announced(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per (agent, correlationId): the ok announcement, else the latest escalated one (what
+    the server reads to replay, or to refuse another intent, and to link a decision)."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in sorted(rows, key=lambda r: (r["outcome"] == "ok", r["received_at"])):
+        if r["outcome"] in ("ok", "escalated"):
+            out[(r["agent"], r["correlation_id"])] = r
+    return out
+
+
 @dataclass
 class Model:
     """One workspace as its own SQL rows say, and what each method must answer from them."""
@@ -570,7 +584,8 @@ class Model:
     decisions: dict[str, dict[str, Any]]
     tags: dict[str, set[str]]
     reviews: Counter[str]
-    intents: dict[tuple[str, str], dict[str, Any]]  # (agent, cid) -> its ok announcement
+    # (agent, cid) -> its ok announcement, else its latest escalated one
+    intents: dict[tuple[str, str], dict[str, Any]]
     # id -> the approval's row with its decision's columns (verdict None while undecided)
     approvals: dict[str, dict[str, Any]]
 
@@ -589,11 +604,7 @@ class Model:
             decisions={r["id"]: r for r in snap.of("decisions", ws)},
             tags=tags,
             reviews=Counter(r["decision_id"] for r in snap.of("decision_reviews", ws)),
-            intents={
-                (r["agent"], r["correlation_id"]): r
-                for r in snap.of("intents", ws)
-                if r["outcome"] == "ok"
-            },
+            intents=announced(snap.of("intents", ws)),
             approvals=approvals,
         )
 
@@ -1245,14 +1256,17 @@ class Checker:
                     ("confidence", "confidence"),
                 )
             ) and loaded(stored["metadata"]) == p.get("metadata", {})
-            if same:  # a retry of this workspace's own announcement: its stored answer
-                assert answer["result"] == json.loads(stored["response"]), case
-                assert new_intents == []
-            else:  # this workspace's own announcement with that id was of another intent
+            if not same:  # this workspace's own announcement with that id was of another intent
                 assert answer["error"]["code"] == CONFLICT, (case, answer)
                 assert answer["error"]["data"] == {"correlationId": cid}
-            assert asked == [], (case, asked)
-            return
+                assert asked == [], (case, asked)
+                return
+            if stored["outcome"] == "ok":  # a retry of this workspace's own: its stored answer
+                assert answer["result"] == json.loads(stored["response"]), case
+                assert new_intents == []
+                assert asked == [], (case, asked)
+                return
+            # the same intent, escalated before: announced again, below
         action = action_of(
             p["intent"],
             p.get("category"),
@@ -1261,6 +1275,8 @@ class Checker:
             p.get("project"),
             p.get("metadata", {}),
         )
+        if p.get("context") is not None:  # an announcement's text: shown to the approver
+            action["statedContext"] = p["context"]
         # only this workspace's approval of this agent under the correlationId counts
         existing = model.asked(case.agent, cid) if cid is not None else None
         if escalates(action) and existing is not None and loaded(existing["action"]) != action:
