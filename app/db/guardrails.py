@@ -5,7 +5,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, false
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    false,
+    text,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from .base import Base, UtcDateTime, workspace_column
@@ -15,6 +26,13 @@ class GuardrailEvaluation(Base):
     __tablename__ = "guardrail_evaluations"
     __table_args__ = (
         Index("ix_guardrail_evaluations_workspace_evaluated_at", "workspace", "evaluated_at"),
+        # Partial (revision 0016): the evaluations of no approval cost it nothing.
+        Index(
+            "ix_guardrail_evaluations_approval_id",
+            "approval_id",
+            sqlite_where=text("approval_id IS NOT NULL"),
+            postgresql_where=text("approval_id IS NOT NULL"),
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
@@ -43,7 +61,7 @@ class GuardrailEvaluation(Base):
     # The approval an escalated evaluation asked for, or answered with (revision 0016): once
     # it is approved, ``allowed`` (the verdict answered) is true. No foreign key: SQLite
     # would rebuild this append-only table to add one.
-    approval_id: Mapped[str | None] = mapped_column(String(36), index=True)
+    approval_id: Mapped[str | None] = mapped_column(String(36))
 
 
 class GuardrailRuleResult(Base):

@@ -25,8 +25,16 @@ class Intent(Base):
             postgresql_where=text("outcome = 'ok'"),
         ),
         Index("ix_intents_workspace_received_at", "workspace", "received_at"),
-        # Every announcement of a correlation id, escalated ones too (revision 0016).
-        Index("ix_intents_workspace_agent_correlation", "workspace", "agent", "correlation_id"),
+        # The escalated announcements of a correlation id (revision 0016); partial, so that
+        # the other rows cost it nothing.
+        Index(
+            "ix_intents_workspace_agent_correlation_escalated",
+            "workspace",
+            "agent",
+            "correlation_id",
+            sqlite_where=text("outcome = 'escalated'"),
+            postgresql_where=text("outcome = 'escalated'"),
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)

@@ -5,8 +5,8 @@
   ``guardrail_rule_results.would_escalate``: an escalate rule's "would have asked" (true only
   for a shadow one; NULL for the other actions and before). All nullable, so SQLite adds them
   in place.
-- ``intents``: an index on (workspace, agent, correlation_id), for the announcements of a
-  correlation id whatever their outcome (an escalated one's re-announcements).
+- ``intents``: an index on (workspace, agent, correlation_id) of the escalated rows, for an
+  escalated announcement's re-announcements.
 - ``approvals`` (one row per request for a person's approval) and ``approval_decisions`` (at
   most one per approval: its key is the approval's id). Append-only like every audit table
   (UPDATE, DELETE and, on SQLite, REPLACE refused) and covered by the audit chain.
@@ -57,13 +57,20 @@ def upgrade() -> None:
     dialect = op.get_bind().dialect.name
     op.add_column("guardrail_evaluations", sa.Column("escalations", sa.Integer(), nullable=True))
     op.add_column("guardrail_evaluations", sa.Column("approval_id", sa.String(36), nullable=True))
+    # Both partial: the rows of calls that escalate nothing cost them nothing.
     op.create_index(
-        op.f("ix_guardrail_evaluations_approval_id"), "guardrail_evaluations", ["approval_id"]
+        "ix_guardrail_evaluations_approval_id",
+        "guardrail_evaluations",
+        ["approval_id"],
+        sqlite_where=sa.text("approval_id IS NOT NULL"),
+        postgresql_where=sa.text("approval_id IS NOT NULL"),
     )
     op.create_index(
-        "ix_intents_workspace_agent_correlation",
+        "ix_intents_workspace_agent_correlation_escalated",
         "intents",
         ["workspace", "agent", "correlation_id"],
+        sqlite_where=sa.text("outcome = 'escalated'"),
+        postgresql_where=sa.text("outcome = 'escalated'"),
     )
     op.add_column(
         "guardrail_rule_results", sa.Column("would_escalate", sa.Boolean(), nullable=True)
@@ -159,8 +166,8 @@ def downgrade() -> None:
     op.drop_table(APPROVALS)
     # In place on both databases (SQLite 3.35+ drops a column no index or trigger names),
     # so the evaluation tables keep their append-only triggers.
-    op.drop_index("ix_intents_workspace_agent_correlation", table_name="intents")
-    op.drop_index(op.f("ix_guardrail_evaluations_approval_id"), table_name="guardrail_evaluations")
+    op.drop_index("ix_intents_workspace_agent_correlation_escalated", table_name="intents")
+    op.drop_index("ix_guardrail_evaluations_approval_id", table_name="guardrail_evaluations")
     op.drop_column("guardrail_rule_results", "would_escalate")
     op.drop_column("guardrail_evaluations", "approval_id")
     op.drop_column("guardrail_evaluations", "escalations")
