@@ -13,7 +13,7 @@ import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Row, bindparam, insert, literal, select, union_all
+from sqlalchemy import Connection, Row, bindparam, insert, literal_column, select, union_all
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -36,13 +36,14 @@ def _announced(outcome: str, rank: int) -> Any:  # a Select of the columns below
         Intent.similar_found,
         Intent.allowed,
         Intent.outcome,
-        literal(rank).label("rank"),
+        literal_column(str(rank)).label("rank"),
         Intent.received_at,
     ).where(
         Intent.workspace == bindparam("workspace"),
         Intent.agent == bindparam("agent"),
         Intent.correlation_id == bindparam("cid"),
-        Intent.outcome == outcome,
+        # written out, not bound: a partial index serves only its own condition's text
+        Intent.outcome == literal_column(f"'{outcome}'"),
     )
 
 
