@@ -53,6 +53,8 @@ FreeForm = Annotated[
 Stakes = Literal["low", "medium", "high", "critical"]
 Status = Literal["pending", "reviewed"]
 Outcome = Literal["success", "partial", "failure", "abandoned"]
+# Where a review's outcome comes from: the agent's claim, a person's, or observed by CI.
+ReviewSource = Literal["agent", "human", "ci"]
 
 
 class Struct(msgspec.Struct, rename="camel", kw_only=True):

@@ -69,6 +69,7 @@ REVIEW_COPY = (
     ("affected_kpis", "affected_kpis"),
     ("reviewed_by", "reviewed_by"),
     ("reviewed_at", "reviewed_at"),
+    ("review_source", "source"),
 )
 
 

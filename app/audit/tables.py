@@ -15,13 +15,15 @@ from app.db.guardrails import GuardrailEvaluation, GuardrailRuleResult
 from app.db.intents import Intent, IntentMatch
 from app.db.tokens import ApiTokenGrant
 
-FORMAT = 4
+FORMAT = 5
 """The canonical form's format: the column lists below. Any change to them is a new format.
 Format 2 adds ``intents.search_degraded`` (revision 0011) as a ``later`` column; format 3 the
 ``workspace`` of every audited row (revision 0012), a member only for another workspace than
-``default``; format 4 (revision 0016) ``guardrail_evaluations.escalations`` and ``approval_id`` and
-``guardrail_rule_results.would_escalate`` as ``later`` columns (NULL unless an escalate rule
-applied), and the approvals tables."""
+``default``; format 4 (revision 0016) ``guardrail_evaluations.escalations`` and
+``approval_id`` and ``guardrail_rule_results.would_escalate`` as ``later`` columns (NULL
+unless an escalate rule applied), and the approvals tables; format 5 (revision 0018)
+``decision_reviews.source`` (a member only when not ``agent``) and
+``decisions.quality_flags`` (only when not NULL)."""
 
 WORKSPACE = (("workspace", "default"),)
 
@@ -176,6 +178,7 @@ DECISIONS = Audited(
         ),
         Child(table_of(DecisionTag), "decision_id", ("tag", "position"), ("position", "tag")),
     ),
+    later=("quality_flags",),
 )
 REVIEWS = Audited(
     table_of(DecisionReview),
@@ -192,6 +195,7 @@ REVIEWS = Audited(
         "reviewed_by",
         "reviewed_at",
     ),
+    later_defaults=(*WORKSPACE, ("source", "agent")),
 )
 
 # Token grants (revision 0013): every column, the workspace among them (the table is newer

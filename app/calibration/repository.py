@@ -61,6 +61,8 @@ def _conditions(workspace: str, f: Filters) -> list[ColumnElement[bool]]:
         conditions.append(Decision.created_at >= f.since)
     if f.until is not None:
         conditions.append(Decision.created_at < f.until)
+    if f.source is not None:
+        conditions.append(Decision.review_source.in_(f.source))
     return conditions
 
 
@@ -108,3 +110,15 @@ async def aggregate(
         )
         out.append((row["key"] if key is not None else None, sums))
     return out
+
+
+async def sources_scored(session: AsyncSession, workspace: str, f: Filters) -> list[str]:
+    """The sources of the scored outcomes (reviewed, not abandoned) the filters select."""
+    scored = [Decision.outcome.in_(tuple(SCORES)), Decision.review_source.is_not(None)]
+    rows = await session.execute(
+        select(Decision.review_source)
+        .where(*_conditions(workspace, f), *scored)
+        .distinct()
+        .order_by(Decision.review_source)
+    )
+    return [str(r[0]) for r in rows]

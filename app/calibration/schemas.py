@@ -17,7 +17,7 @@ import msgspec
 from msgspec import Meta
 
 from app.runtime import iso
-from app.wire import AgentIn, Moment, ShortText, Stakes, Struct
+from app.wire import AgentIn, Moment, ReviewSource, ShortText, Stakes, Struct
 
 GroupBy = Literal["category", "stakes", "agent", "confidenceBucket"]
 MinDecisions = Annotated[int, Meta(ge=1, le=1_000_000_000)]
@@ -34,6 +34,9 @@ class CalibrationFilters(Struct):
     since: Moment | None = None
     until: Moment | None = None
     min_decisions: MinDecisions | None = None
+    # Only outcomes from these sources (SPEC.md, section 9): observed ones (ci), a person's
+    # (human), the agents' own claims (agent). Absent: every source, as ``sources`` says.
+    source: Annotated[list[ReviewSource], Meta(min_length=1, max_length=3)] | None = None
 
 
 class GetCalibrationParams(Struct):
@@ -60,6 +63,7 @@ class Filters:
     since: datetime | None = None
     until: datetime | None = None
     min_decisions: int = DEFAULT_MIN_DECISIONS
+    source: tuple[str, ...] | None = None
 
     def wire(self) -> AppliedFilters:
         """What was applied, echoed so a client can tell which slice the figures describe."""
@@ -70,6 +74,7 @@ class Filters:
             since=iso(self.since) if self.since else None,
             until=iso(self.until) if self.until else None,
             min_decisions=self.min_decisions,
+            source=None if self.source is None else list(self.source),
         )
 
 
@@ -224,6 +229,7 @@ class AppliedFilters(Struct, omit_defaults=True, kw_only=True):
     since: str | None = None
     until: str | None = None
     min_decisions: int
+    source: list[str] | None = None
 
 
 # ``groupBy`` and ``groups`` are there only when the call grouped.
@@ -239,3 +245,6 @@ class GetCalibrationResult(Struct, omit_defaults=True, kw_only=True):
     groups: list[GroupOut] | None = None
     filters: AppliedFilters
     agent: str
+    # The sources of the outcomes scored (agent, ci, human): claimed and observed outcomes
+    # are never blended without saying so.
+    sources: list[str]

@@ -15,7 +15,7 @@ from app.errors import invalid_params
 from app.operations.context import CallContext
 from app.operations.params import parse_timestamp
 
-from .repository import aggregate
+from .repository import aggregate, sources_scored
 from .schemas import (
     DEFAULT_MIN_DECISIONS,
     STAKES_ORDER,
@@ -126,6 +126,7 @@ def resolve_filters(p: GetCalibrationParams) -> Filters:
         since=since,
         until=until,
         min_decisions=min_decisions if min_decisions is not None else DEFAULT_MIN_DECISIONS,
+        source=None if nested.source is None else tuple(sorted(set(nested.source))),
     )
 
 
@@ -169,4 +170,5 @@ async def get_calibration(ctx: CallContext, p: GetCalibrationParams) -> GetCalib
         ),
         filters=f.wire(),
         agent=ctx.agent,
+        sources=await sources_scored(session, workspace, f) if overall.scored else [],
     )

@@ -48,6 +48,10 @@ class Decision(Base):
     lessons: Mapped[str | None] = mapped_column(Text)
     review_notes: Mapped[str | None] = mapped_column(Text)
     affected_kpis: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    review_source: Mapped[str | None] = mapped_column(String(8))  # revision 0018
+    # What the recording-time check found (revision 0018): ``["not_a_decision"]`` for a
+    # status update; NULL when nothing was flagged (and before 0018).
+    quality_flags: Mapped[list[str] | None] = mapped_column(JSON)
     # The announced intent this decision followed (recordDecision's correlationId), and the
     # guardrail evaluation made of the decision itself when it was recorded.
     intent_id: Mapped[str | None] = mapped_column(ForeignKey("intents.id"), index=True)
@@ -112,6 +116,9 @@ class DecisionReview(Base):
     affected_kpis: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     reviewed_by: Mapped[str] = mapped_column(String(128), index=True)
     reviewed_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    # Where the outcome comes from (revision 0018): ``agent`` (reviewDecision: the agent's
+    # claim), ``human`` (a person, in the console) or ``ci`` (observed by CI).
+    source: Mapped[str] = mapped_column(String(8), default="agent", server_default="agent")
 
 
 class WorkspaceDecisions(Base):

@@ -15,7 +15,7 @@ from app.db.base import DEFAULT_WORKSPACE
 from app.db.decisions import Decision, DecisionReview
 from app.records.entries import list_item, reasons_of, reasons_out, tags_of
 from app.runtime import iso
-from app.wire import Outcome, Stakes, Status
+from app.wire import Outcome, ReviewSource, Stakes, Status
 
 from .schemas import DecisionOut, ListedDecision, MentalState, PreDecisionOut, ReviewOut
 
@@ -156,6 +156,7 @@ def review_out(r: DecisionReview) -> ReviewOut:
         affected_kpis=r.affected_kpis,
         reviewed_by=r.reviewed_by,
         reviewed_at=iso(r.reviewed_at),
+        source=cast(ReviewSource, r.source),
     )
 
 

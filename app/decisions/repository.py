@@ -202,7 +202,10 @@ async def try_insert(session: AsyncSession, decision: Decision) -> bool:
 
 
 def add_imported(session: AsyncSession, decision: Decision) -> None:
-    """INSERT an imported decision, and its review history row when it has an outcome."""
+    """INSERT an imported decision, and its review history row when it has an outcome (an
+    imported outcome is the agent's claim, as its file has no source)."""
+    if decision.outcome is not None and decision.review_source is None:
+        decision.review_source = "agent"
     session.add(decision)
     append(session, decision)
     if decision.outcome is not None:
@@ -223,6 +226,7 @@ def _history_row(decision: Decision) -> DecisionReview:
         affected_kpis=decision.affected_kpis,
         reviewed_by=decision.reviewed_by or "import",
         reviewed_at=decision.reviewed_at,
+        source=decision.review_source or "agent",
     )
 
 
@@ -237,6 +241,7 @@ def add_review(
     affected_kpis: dict[str, Any] | None,
     reviewed_by: str,
     reviewed_at: datetime,
+    source: str,
 ) -> None:
     """INSERT a review into the decision's history and UPDATE the decision to show it. The
     caller holds the decision's row lock (``lock_one``) and took ``reviewed_at`` after it,
@@ -252,6 +257,7 @@ def add_review(
         affected_kpis=affected_kpis,
         reviewed_by=reviewed_by,
         reviewed_at=reviewed_at,
+        source=source,
     )
     session.add(review)
     append(session, review)
@@ -263,6 +269,7 @@ def add_review(
     decision.lessons = lessons
     decision.review_notes = notes
     decision.affected_kpis = affected_kpis
+    decision.review_source = source
 
 
 # --- which review is the latest --------------------------------------------------------------
@@ -288,6 +295,7 @@ REVIEW_STATE = (
     Decision.lessons,
     Decision.review_notes,
     Decision.affected_kpis,
+    Decision.review_source,
 )
 _REVIEW_STATES = select(Decision.id, *REVIEW_STATE).where(
     Decision.id.in_(bindparam("ids", expanding=True))

@@ -51,6 +51,7 @@ async def review(ctx: CallContext, p: ReviewDecisionParams) -> ReviewDecisionRes
         affected_kpis=p.affected_kpis,
         reviewed_by=ctx.agent,
         reviewed_at=now,
+        source="agent",  # reviewDecision: the calling agent's claim
     )
     relay = ctx.services.relay
     events = relay.enqueue(ctx.session, decision.id, decision.workspace)

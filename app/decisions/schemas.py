@@ -19,6 +19,7 @@ from app.wire import (
     NonBlank,
     Outcome,
     ReasonOut,
+    ReviewSource,
     ShortText,
     Stakes,
     Status,
@@ -137,6 +138,7 @@ class ReviewOut(Struct):
     affected_kpis: dict[str, Any] | None
     reviewed_by: str
     reviewed_at: str
+    source: ReviewSource
 
 
 class DecisionOut(Struct):

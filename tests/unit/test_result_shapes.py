@@ -107,16 +107,19 @@ def test_calibration_lists_groups_before_filters_and_min_decisions_last() -> Non
         recommendations=[],
         filters=AppliedFilters(agent="alice", min_decisions=5),
         agent="alice",
+        sources=[],
     )
     encoded = msgspec.json.decode(msgspec.json.encode(result))
-    assert list(encoded)[-3:] == ["recommendations", "filters", "agent"]
+    # ``sources`` (issue #40) after what earlier clients read, in the same order as before
+    assert list(encoded)[-4:] == ["recommendations", "filters", "agent", "sources"]
     assert list(encoded["filters"]) == ["agent", "minDecisions"]
     assert encoded["brierScore"] is None  # null, not absent
     grouped = msgspec.structs.replace(result, group_by="category", groups=[])
-    assert list(msgspec.json.decode(msgspec.json.encode(grouped)))[-5:] == [
+    assert list(msgspec.json.decode(msgspec.json.encode(grouped)))[-6:] == [
         "recommendations",
         "groupBy",
         "groups",
         "filters",
         "agent",
+        "sources",
     ]
