@@ -8,6 +8,7 @@ from .calibration import ops as calibration_ops
 from .decisions import ops as decisions_ops
 from .guardrails import ops as guardrails_ops
 from .intents import ops as intents_ops
+from .learning import ops as learning_ops
 from .operations.registry import Registry
 from .search import ops as search_ops
 
@@ -21,6 +22,7 @@ def build_registry() -> Registry:
         search_ops,
         intents_ops,
         approvals_ops,
+        learning_ops,
     )
     for context in contexts:
         context.register(registry)

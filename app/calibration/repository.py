@@ -7,9 +7,20 @@ Functions take the session they run in; the caller owns the transaction.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Float, Select, case, func, literal, null, select
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Float,
+    Select,
+    case,
+    func,
+    literal,
+    null,
+    select,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.decisions import Decision
@@ -122,3 +133,79 @@ async def sources_scored(session: AsyncSession, workspace: str, f: Filters) -> l
         .order_by(Decision.review_source)
     )
     return [str(r[0]) for r in rows]
+
+
+# --- drift: recent against baseline windows, by review time ---------------------------------
+
+
+def _drift_query(
+    workspace: str,
+    agent: str | None,
+    category: str | None,
+    since: datetime,
+    split: datetime,
+    until: datetime,
+) -> Select[Any]:
+    """Sums per (agent, category, window) of the scored decisions reviewed in
+    ``(since, until]``: window ``recent`` from ``split`` on, ``baseline`` before it."""
+    window = case((Decision.reviewed_at > split, literal("recent")), else_=literal("baseline"))
+    conditions: list[ColumnElement[bool]] = [
+        Decision.workspace == workspace,
+        Decision.outcome.in_(tuple(SCORES)),
+        Decision.reviewed_at > since,
+        Decision.reviewed_at <= until,
+    ]
+    if agent is not None:
+        conditions.append(Decision.recorded_by == agent)
+    if category is not None:
+        conditions.append(Decision.category == category)
+    scoped = (
+        select(
+            Decision.recorded_by.label("agent"),
+            Decision.category.label("category"),
+            window.label("window"),
+            Decision.confidence.label("confidence"),
+            _score().label("score"),
+        )
+        .where(*conditions)
+        .subquery("scoped")
+    )
+    c = scoped.c
+    error = c.confidence - c.score
+    return (
+        select(
+            c.agent,
+            c.category,
+            c.window,
+            func.count().label("n"),
+            func.sum(c.score).label("score"),
+            func.sum(error * error).label("squared"),
+        )
+        .group_by(c.agent, c.category, c.window)
+        .order_by(c.agent, c.category, c.window)
+    )
+
+
+def drift_sums(
+    conn: Connection,
+    *,
+    workspace: str,
+    agent: str | None,
+    category: str | None,
+    since: datetime,
+    split: datetime,
+    until: datetime,
+) -> list[tuple[str, str, str, int, float, float]]:
+    """``(agent, category, window, n, sum of scores, sum of squared errors)`` rows."""
+    rows = conn.execute(_drift_query(workspace, agent, category, since, split, until))
+    return [
+        (
+            str(r.agent),
+            str(r.category),
+            str(r.window),
+            int(r.n),
+            float(r.score or 0.0),
+            float(r.squared or 0.0),
+        )
+        for r in rows
+    ]

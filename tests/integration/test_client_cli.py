@@ -416,6 +416,21 @@ def test_calibration_worked_example(cli: Any) -> None:
     assert few["interpretation"] == "insufficient_data"
 
 
+def test_ready_and_drift(cli: Any) -> None:
+    """The learning loop's two questions: a table, and the same answer as JSON."""
+    data = as_json(cli("ready", "--json"))
+    assert set(data) == {"items", "total"}
+    out = ok(cli("ready", "--limit", "5"))
+    assert out.splitlines()[0].split() == ["PRIORITY", "KIND", "WHAT", "SINCE", "REASON"]
+    assert f"of {data['total']} item(s)" in out
+    drift = as_json(cli("drift", "--category", "process", "--min-decisions", "1", "--json"))
+    assert all(g["category"] == "process" for g in drift["groups"])
+    table = ok(cli("drift", "--category", "process"))
+    assert table.splitlines()[0].split() == ["AGENT", "CATEGORY", "DRIFT", "RECENT", "BASELINE"]
+    refused = fails(cli("ready", "--agent", "somebody-else"))
+    assert "-32010" in refused and len(refused.strip().splitlines()) == 1
+
+
 def test_guardrails(cli: Any) -> None:
     out = ok(cli("guardrails"))
     assert out.splitlines()[0].split() == ["ID", "ACTION", "SCOPE", "DESCRIPTION"]

@@ -32,6 +32,7 @@ pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
 TOOLS = [
     "announce_intent",
+    "check_drift",
     "check_guardrails",
     "decide_approval",
     "get_approval",
@@ -41,6 +42,7 @@ TOOLS = [
     "list_decisions",
     "list_guardrails",
     "query_decisions",
+    "ready",
     "record_decision",
     "review_decision",
 ]

@@ -43,6 +43,8 @@ PARAMS: dict[str, dict[str, Any]] = {
     "cstp.getApproval": {"id": "0123abcd-0000-4000-8000-000000000000"},
     "cstp.listApprovals": {},
     "cstp.decideApproval": {"id": "0123abcd-0000-4000-8000-000000000000", "verdict": "approve"},
+    "cstp.ready": {},
+    "cstp.checkDrift": {},
 }
 
 

@@ -738,6 +738,53 @@ def sums(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def drift_of(
+    model: Model, agent: str | None, category: str | None, min_decisions: int
+) -> dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any], bool]]:
+    """checkDrift's groups of the model's decisions: per (agent, category), the recent (last 30
+    days by review time) and baseline (the 90 before) windows' figures and the verdict."""
+    now = datetime.now(UTC)
+    split, since = now - timedelta(days=30), now - timedelta(days=120)
+    windows: dict[tuple[str, str], dict[str, list[tuple[float, float]]]] = {}
+    for d in model.decisions.values():
+        if d["outcome"] not in SCORES or d["reviewed_at"] is None:
+            continue
+        if (agent is not None and d["recorded_by"] != agent) or (
+            category is not None and d["category"] != category
+        ):
+            continue
+        reviewed = moment(d["reviewed_at"])
+        if not since < reviewed <= now:
+            continue
+        side = "recent" if reviewed > split else "baseline"
+        sides = windows.setdefault((d["recorded_by"], d["category"]), {})
+        sides.setdefault(side, []).append((d["confidence"], SCORES[d["outcome"]]))
+
+    def figures(pairs: list[tuple[float, float]]) -> dict[str, Any]:
+        n = len(pairs)
+        if not n:
+            return {"n": 0, "brierScore": None, "accuracy": None}
+        return {
+            "n": n,
+            "brierScore": sum((c - s) ** 2 for c, s in pairs) / n,
+            "accuracy": sum(s for _, s in pairs) / n,
+        }
+
+    out = {}
+    for key, sides in windows.items():
+        recent, baseline = figures(sides.get("recent", [])), figures(sides.get("baseline", []))
+        drifted = (
+            recent["n"] >= min_decisions
+            and baseline["n"] >= min_decisions
+            and (
+                recent["brierScore"] > baseline["brierScore"] * 1.2
+                or baseline["accuracy"] - recent["accuracy"] > 0.15
+            )
+        )
+        out[key] = (recent, baseline, drifted)
+    return out
+
+
 def sees_every_approval(agent: str) -> bool:
     """An approver or auditor reads every approval of its workspace, an agent its own."""
     return bool(ROLES[ROLE[agent]] & {"approve", "audit"})
@@ -1076,6 +1123,55 @@ class Checker:
             assert set(got_groups) == set(keyed), (case, set(got_groups), set(keyed))
             for key, members in keyed.items():
                 same_figures(got_groups[key], sums(members), (case, key))
+
+    def expect_checkDrift(self, case: Case, model: Model, answer: dict[str, Any], *_: Any) -> None:
+        p = case.params
+        if p.get("agent") in ROLE:  # a name every workspace has an agent of
+            self.crossed[(case.method, case.face)] += 1
+        want = drift_of(model, p.get("agent"), p.get("category"), p.get("minDecisions", 5))
+        got = {(g["agent"], g["category"]): g for g in answer["result"]["groups"]}
+        assert set(got) == set(want), (case, set(got), set(want))
+        for key, (recent, baseline, drifted) in want.items():
+            same_figures(got[key]["recent"], recent, (case, key, "recent"))
+            same_figures(got[key]["baseline"], baseline, (case, key, "baseline"))
+            assert got[key]["drifted"] is drifted, (case, key)
+
+    def expect_ready(self, case: Case, model: Model, answer: dict[str, Any], *_: Any) -> None:
+        p = case.params
+        agent = p.get("agent") or case.agent
+        if agent != case.agent and "review:any" not in ROLES[ROLE[case.agent]]:
+            assert answer["error"]["code"] == -32010, (case, answer)
+            assert answer["error"]["data"] == {"scope": "review:any"}
+            return
+        if agent != case.agent and agent in ROLE:
+            self.crossed[(case.method, case.face)] += 1
+        now = datetime.now(UTC)
+        mine = [d for d in model.decisions.values() if d["recorded_by"] == agent]
+        due = sorted(
+            (
+                d
+                for d in mine
+                if d["outcome"] is None
+                and d["review_by"] is not None
+                and moment(d["review_by"]) <= now
+            ),
+            key=lambda d: (moment(d["review_by"]), d["id"]),
+        )
+        stale = [
+            d
+            for d in mine
+            if d["outcome"] is None
+            and d["review_by"] is None
+            and moment(d["created_at"]) < now - timedelta(days=30)
+        ]
+        drifted = [k for k, (_, _, flag) in drift_of(model, agent, None, 5).items() if flag]
+        result = answer["result"]
+        assert result["total"] == len(due) + len(stale) + len(drifted), (case, result)
+        listed = [i.get("decisionId") for i in result["items"] if i["kind"] == "review_due"]
+        assert listed == [d["id"] for d in due][: len(listed)], (case, listed)
+        assert all(i["agent"] == agent for i in result["items"]), case
+        known = {d["id"] for d in mine}
+        assert {i["decisionId"] for i in result["items"] if "decisionId" in i} <= known, case
 
     def expect_listGuardrails(
         self, case: Case, _: Model, answer: dict[str, Any], __: Any, before: Snapshot, *___: Any
@@ -1440,6 +1536,8 @@ def representative(
             ("alice", {"filters": {"agent": "alice", "minDecisions": 1}, "groupBy": "agent"})
         ],
         "cstp.listGuardrails": [("alice", {"scope": m})],
+        "cstp.ready": [("alice", {}), ("rita", {"agent": "bob"}), ("alice", {"agent": "bob"})],
+        "cstp.checkDrift": [("alice", {}), ("alice", {"agent": "alice", "minDecisions": 1})],
         "rpc.discover": [("alice", {})],
         "cstp.checkGuardrails": [
             ("alice", {"action": {"description": shared["intent"], "category": "process"}}),
@@ -1603,6 +1701,13 @@ def strategies(world: World) -> st.SearchStrategy[Case]:
             )
         elif method == "cstp.listGuardrails":
             p = maybe("scope", lambda: draw(st.sampled_from(("payments", MARK[whose]))))
+        elif method == "cstp.ready":
+            p = maybe("agent", lambda: draw(st.sampled_from((*ROLE, "nobody"))))
+            p |= maybe("limit", lambda: draw(st.integers(1, 50)))
+        elif method == "cstp.checkDrift":
+            p = maybe("agent", lambda: draw(st.sampled_from((*ROLE, "nobody"))))
+            p |= maybe("category", lambda: draw(category))
+            p |= maybe("minDecisions", lambda: draw(st.integers(1, 3)))
         elif method == "rpc.discover":
             p = {}
         elif method == "cstp.checkGuardrails":

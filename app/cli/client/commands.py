@@ -7,6 +7,7 @@ import click
 from .approvals import approvals
 from .decisions import get_cmd, list_cmd, query_cmd, record_cmd, review_cmd
 from .guidance import announce_cmd, calibration_cmd, check_cmd, guardrails_cmd
+from .learning import drift_cmd, ready_cmd
 
 COMMANDS = (
     query_cmd,
@@ -19,6 +20,8 @@ COMMANDS = (
     calibration_cmd,
     guardrails_cmd,
     approvals,
+    ready_cmd,
+    drift_cmd,
 )
 
 

@@ -1,0 +1,65 @@
+"""The SQL of the work list: decisions waiting for an outcome, from the ``decisions`` rows
+(their latest review is copied on the row, so no join is needed)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, Connection, func, select
+
+from app.db.decisions import Decision
+
+_LISTED = (
+    Decision.id,
+    Decision.recorded_by,
+    Decision.category,
+    Decision.summary,
+    Decision.review_by,
+    Decision.created_at,
+)
+
+
+def _due(workspace: str, agent: str, now: datetime) -> list[ColumnElement[bool]]:
+    return [
+        Decision.workspace == workspace,
+        Decision.recorded_by == agent,
+        Decision.outcome.is_(None),
+        Decision.review_by <= now,
+    ]
+
+
+def _stale(workspace: str, agent: str, before: datetime) -> list[ColumnElement[bool]]:
+    return [
+        Decision.workspace == workspace,
+        Decision.recorded_by == agent,
+        Decision.outcome.is_(None),
+        Decision.review_by.is_(None),
+        Decision.created_at < before,
+    ]
+
+
+def waiting(
+    conn: Connection,
+    *,
+    workspace: str,
+    agent: str,
+    now: datetime,
+    stale_before: datetime,
+    limit: int,
+) -> tuple[list[Any], int, list[Any], int]:
+    """The agent's decisions whose review is due (most overdue first) and its stale pending
+    ones (oldest first), at most ``limit`` of each, with how many there are of each."""
+    due = _due(workspace, agent, now)
+    stale = _stale(workspace, agent, stale_before)
+    due_rows = conn.execute(
+        select(*_LISTED).where(*due).order_by(Decision.review_by, Decision.id).limit(limit)
+    ).all()
+    stale_rows = conn.execute(
+        select(*_LISTED).where(*stale).order_by(Decision.created_at, Decision.id).limit(limit)
+    ).all()
+    due_total = conn.execute(select(func.count()).select_from(Decision).where(*due)).scalar_one()
+    stale_total = conn.execute(
+        select(func.count()).select_from(Decision).where(*stale)
+    ).scalar_one()
+    return list(due_rows), int(due_total), list(stale_rows), int(stale_total)
