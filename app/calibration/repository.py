@@ -19,6 +19,7 @@ from sqlalchemy import (
     func,
     literal,
     null,
+    or_,
     select,
 )
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -74,6 +75,8 @@ def _conditions(workspace: str, f: Filters) -> list[ColumnElement[bool]]:
         conditions.append(Decision.created_at < f.until)
     if f.source is not None:
         conditions.append(Decision.review_source.in_(f.source))
+    # a status update flagged at recording time counts only once somebody reviewed it anyway
+    conditions.append(or_(Decision.quality_flags.is_(None), Decision.outcome.is_not(None)))
     return conditions
 
 

@@ -98,12 +98,20 @@ class ListDecisionsParams(Struct):
     order: Order = "desc"
 
 
+class QualityOut(msgspec.Struct):
+    """What the check at recording time found: ``not_a_decision`` for a status update (no
+    choice among alternatives), which calibration leaves out unless it is reviewed."""
+
+    flags: list[str]
+
+
 class RecordDecisionResult(msgspec.Struct, rename="camel"):
     success: bool
     id: str
     path: str
     indexed: bool
     timestamp: str
+    quality: QualityOut
 
 
 def drop_none(data: dict[str, Any]) -> dict[str, Any]:

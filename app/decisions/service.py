@@ -19,12 +19,13 @@ from app.operations.params import known_category
 from app.records.entries import index_text
 from app.runtime import iso
 
-from . import document, repository
+from . import document, quality, repository
 from .schemas import (
     GetDecisionParams,
     GetDecisionResult,
     ListDecisionsParams,
     ListDecisionsResult,
+    QualityOut,
     RecordDecisionParams,
     RecordDecisionResult,
 )
@@ -105,6 +106,9 @@ async def record(ctx: CallContext, p: RecordDecisionParams) -> RecordDecisionRes
         "line": p.line,
         "commit": p.commit,
     }
+    flagged = quality.flags(p.decision, reasons=len(p.reasons), context=p.context)
+    if flagged:  # else left out: SQL NULL (a JSON column would store None as JSON null)
+        fields["quality_flags"] = flagged
     tags = _unique(p.tags)
 
     def build() -> Decision:
@@ -136,6 +140,7 @@ async def record(ctx: CallContext, p: RecordDecisionParams) -> RecordDecisionRes
         path=document.relative_path(decision),
         indexed=indexed,
         timestamp=iso(now),
+        quality=QualityOut(flags=flagged),
     )
 
 

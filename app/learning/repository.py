@@ -36,6 +36,7 @@ def _stale(workspace: str, agent: str, before: datetime) -> list[ColumnElement[b
         Decision.outcome.is_(None),
         Decision.review_by.is_(None),
         Decision.created_at < before,
+        Decision.quality_flags.is_(None),  # a status update is not waiting for an outcome
     ]
 
 

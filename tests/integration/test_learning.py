@@ -188,3 +188,34 @@ async def test_drift_flagged_with_both_windows_and_in_ready(
         for i in (await rpc.ok("cstp.ready", {}, bob_token))["items"]
         if i["kind"] == "calibration_drift"
     ]
+
+
+async def test_a_status_update_is_flagged_and_left_out_of_calibration(
+    rpc: Rpc, database_url: str
+) -> None:
+    from support.databases import run_sql
+
+    noise = await rpc.ok(
+        "cstp.recordDecision",
+        {"decision": "Done, sent the email", "confidence": 0.9, "category": "process"},
+    )
+    real = await rpc.ok(
+        "cstp.recordDecision",
+        {
+            "decision": "Use Postgres instead of MongoDB for the ledger",
+            "confidence": 0.9,
+            "category": "process",
+        },
+    )
+    assert noise["quality"] == {"flags": ["not_a_decision"]}
+    assert real["quality"] == {"flags": []}
+    rows = await run_sql(
+        database_url, "SELECT id, quality_flags IS NULL AS plain FROM decisions ORDER BY id"
+    )
+    assert {r["id"]: bool(r["plain"]) for r in rows} == {noise["id"]: False, real["id"]: True}
+    calibration = await rpc.ok("cstp.getCalibration", {"category": "process", "minDecisions": 1})
+    assert calibration["overall"]["pendingDecisions"] == 1  # the real one only
+    await rpc.ok("cstp.reviewDecision", {"id": noise["id"], "outcome": "success"})
+    reviewed = await rpc.ok("cstp.getCalibration", {"category": "process", "minDecisions": 1})
+    assert reviewed["overall"]["totalDecisions"] == 1  # reviewed anyway: it counts
+    assert reviewed["overall"]["pendingDecisions"] == 1
