@@ -10,6 +10,7 @@ from sqlalchemy import Table
 
 from app.db.approvals import Approval, ApprovalDecision
 from app.db.base import table_of
+from app.db.briefs import SessionBrief
 from app.db.decisions import Decision, DecisionReason, DecisionReview, DecisionTag
 from app.db.guardrails import GuardrailEvaluation, GuardrailRuleResult
 from app.db.intents import Intent, IntentMatch
@@ -23,7 +24,8 @@ Format 2 adds ``intents.search_degraded`` (revision 0011) as a ``later`` column;
 ``approval_id`` and ``guardrail_rule_results.would_escalate`` as ``later`` columns (NULL
 unless an escalate rule applied), and the approvals tables; format 5 (revision 0018)
 ``decision_reviews.source`` (a member only when not ``agent``) and
-``decisions.quality_flags`` (only when not NULL)."""
+``decisions.quality_flags`` (only when not NULL); and ``session_briefs`` (revision 0021),
+a table of its own."""
 
 WORKSPACE = (("workspace", "default"),)
 
@@ -248,6 +250,25 @@ APPROVAL_DECISIONS = Audited(
     later_defaults=(),
 )
 
+# Session briefs (revision 0021): every column, what the agent was shown among them.
+SESSION_BRIEFS = Audited(
+    table_of(SessionBrief),
+    "id",
+    "created_at",
+    (
+        "id",
+        "workspace",
+        "agent",
+        "task",
+        "format",
+        "max_tokens",
+        "tokens",
+        "content",
+        "created_at",
+    ),
+    later_defaults=(),
+)
+
 AUDITED: dict[str, Audited] = {
     a.name: a
     for a in (
@@ -258,6 +279,7 @@ AUDITED: dict[str, Audited] = {
         TOKEN_GRANTS,
         APPROVALS,
         APPROVAL_DECISIONS,
+        SESSION_BRIEFS,
     )
 }
 """Every audited table, by name; in the order rows created at the same instant are chained

@@ -3,6 +3,7 @@
 from .approvals import Approval, ApprovalDecision
 from .audit import AuditEntry
 from .base import Base
+from .briefs import SessionBrief
 from .decisions import Decision, DecisionReason, DecisionReview, DecisionTag, WorkspaceDecisions
 from .guardrails import GuardrailEvaluation, GuardrailRuleResult, GuardrailRuleSet
 from .intents import Intent, IntentMatch
@@ -27,6 +28,7 @@ __all__ = [
     "Intent",
     "IntentMatch",
     "OutboxEvent",
+    "SessionBrief",
     "WebhookDelivery",
     "WebhookSubscription",
     "WorkspaceDecisions",

@@ -6,6 +6,7 @@ from app import scopes
 from app.calibration.drift import CheckDriftParams, CheckDriftResult, check_drift
 from app.operations.registry import Operation, Registry
 
+from .brief import SessionContextParams, SessionContextResult, session_context
 from .ready import ReadyParams, ReadyResult, ready
 
 
@@ -41,6 +42,24 @@ def register(registry: Registry) -> None:
             "points lower accuracy, with at least minDecisions on each side.",
             writes=False,
             tool="check_drift",
+            scopes=(scopes.READ,),
+        )
+    )
+    registry.add(
+        Operation(
+            "cstp.getSessionContext",
+            SessionContextParams,
+            SessionContextResult,
+            session_context,
+            "A brief for the start of a session: calibration by category, the decisions most "
+            "relevant to the task, the work list, recent failures and the rules in force; "
+            "within maxTokens, stored as shown.",
+            "Call at the start of a session (optionally with your task): a brief of what you "
+            "should know, within maxTokens: how well calibrated you are per category, the past "
+            "decisions most relevant to the task with their outcomes and lessons, what needs "
+            "your attention (reviews due, drift), your recent failures and the guardrails in "
+            "force. format markdown (to read) or json (to parse).",
+            tool="get_session_context",
             scopes=(scopes.READ,),
         )
     )

@@ -6,8 +6,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, func, select
+from sqlalchemy import ColumnElement, Connection, func, insert, select
+from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.base import table_of
+from app.db.briefs import SessionBrief
 from app.db.decisions import Decision
 
 _LISTED = (
@@ -64,3 +67,49 @@ def waiting(
         select(func.count()).select_from(Decision).where(*stale)
     ).scalar_one()
     return list(due_rows), int(due_total), list(stale_rows), int(stale_total)
+
+
+def recent_failures(conn: Connection, *, workspace: str, agent: str, limit: int) -> list[Any]:
+    """The agent's decisions reviewed as failures, the latest review first."""
+    return list(
+        conn.execute(
+            select(
+                Decision.id,
+                Decision.summary,
+                Decision.category,
+                Decision.lessons,
+                Decision.actual_result,
+                Decision.reviewed_at,
+            )
+            .where(
+                Decision.workspace == workspace,
+                Decision.recorded_by == agent,
+                Decision.outcome == "failure",
+            )
+            .order_by(Decision.reviewed_at.desc(), Decision.id)
+            .limit(limit)
+        ).all()
+    )
+
+
+def recent_reviewed(conn: Connection, *, workspace: str, limit: int) -> list[Any]:
+    """The workspace's latest reviewed decisions (a brief without a task shows these)."""
+    return list(
+        conn.execute(
+            select(
+                Decision.id,
+                Decision.summary,
+                Decision.category,
+                Decision.outcome,
+                Decision.lessons,
+                Decision.confidence,
+            )
+            .where(Decision.workspace == workspace, Decision.outcome.is_not(None))
+            .order_by(Decision.reviewed_at.desc(), Decision.id)
+            .limit(limit)
+        ).all()
+    )
+
+
+async def store_brief(session: AsyncSession, row: dict[str, Any]) -> None:
+    await session.execute(insert(table_of(SessionBrief)), [row])

@@ -118,13 +118,69 @@ def build_server(
             content=[types.TextContent(text=_text(content))], structured_content=content
         )
 
+    brief = registry.get(BRIEF_OPERATION)
+
+    async def list_prompts(
+        ctx: ServerRequestContext, params: types.PaginatedRequestParams | None
+    ) -> types.ListPromptsResult:
+        held = scopes(ctx)
+        if brief is None or (held is not None and not held & set(brief.scopes)):
+            return types.ListPromptsResult(prompts=[])
+        return types.ListPromptsResult(prompts=[SESSION_BRIEF])
+
+    async def get_prompt(
+        ctx: ServerRequestContext, params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult:
+        if brief is None or params.name != SESSION_BRIEF.name:
+            raise MCPError(code=types.INVALID_PARAMS, message=f"no prompt named {params.name}")
+        arguments = dict(params.arguments or {})
+        args: dict[str, Any] = {"format": "markdown"}
+        if arguments.get("task"):
+            args["task"] = arguments["task"]
+        if arguments.get("maxTokens"):
+            try:
+                args["maxTokens"] = int(arguments["maxTokens"])
+            except ValueError:
+                raise MCPError(
+                    code=types.INVALID_PARAMS, message="maxTokens must be a whole number"
+                ) from None
+        try:
+            result = await call(brief, args, ctx)
+        except CstpError as exc:
+            raise MCPError(code=types.INVALID_PARAMS, message=error_line(exc)) from None
+        text = getattr(result, "context", "")
+        return types.GetPromptResult(
+            description=SESSION_BRIEF.description,
+            messages=[types.PromptMessage(role="user", content=types.TextContent(text=str(text)))],
+        )
+
     return Server(
         "cstp",
         version=__version__,
         instructions=INSTRUCTIONS,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+        on_list_prompts=list_prompts,
+        on_get_prompt=get_prompt,
     )
+
+
+# The prompt that opens a session with the agent's brief (cstp.getSessionContext, markdown).
+BRIEF_OPERATION = "cstp.getSessionContext"
+SESSION_BRIEF = types.Prompt(
+    name="session_brief",
+    description=(
+        "What you should know before you start: your calibration by category, the past "
+        "decisions most relevant to your task, what needs your attention, your recent "
+        "failures and the guardrails in force (cstp.getSessionContext)."
+    ),
+    arguments=[
+        types.PromptArgument(name="task", description="What this session is about."),
+        types.PromptArgument(
+            name="maxTokens", description="The brief's budget in tokens (200-8000; 1500)."
+        ),
+    ],
+)
 
 
 def tool_error(error: CstpError) -> types.CallToolResult:

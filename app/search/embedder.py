@@ -10,6 +10,7 @@ pooling over the attention mask makes the padding invisible in the result.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 from collections.abc import Callable, Sequence
@@ -265,3 +266,18 @@ def load_default_embedder(
         intra_op_threads=intra_op_threads,
         crowded=crowded,
     )
+
+
+@functools.cache
+def token_counter() -> Callable[[str], int]:
+    """How many tokens the embedding model's own tokenizer makes of a text, whole (no
+    truncation, no padding, no special tokens): what a session brief's budget is counted in
+    (SPEC.md, section 9). A tokenizer of its own, loaded once: the embedder's truncates."""
+    tokenizer = Tokenizer.from_file(str(PACKAGED_TOKENIZER))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+
+    def count(text: str) -> int:
+        return len(tokenizer.encode(text, add_special_tokens=False).ids)
+
+    return count

@@ -38,6 +38,7 @@ TOOLS = [
     "get_approval",
     "get_calibration",
     "get_decision",
+    "get_session_context",
     "list_approvals",
     "list_decisions",
     "list_guardrails",

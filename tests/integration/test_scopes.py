@@ -45,6 +45,7 @@ PARAMS: dict[str, dict[str, Any]] = {
     "cstp.decideApproval": {"id": "0123abcd-0000-4000-8000-000000000000", "verdict": "approve"},
     "cstp.ready": {},
     "cstp.checkDrift": {},
+    "cstp.getSessionContext": {},
 }
 
 

@@ -481,6 +481,7 @@ TABLES: dict[str, tuple[str | None, dict[str, str]]] = {
     "outbox_events": ("id", {"decision_id": "decisions"}),
     "approvals": ("id", {"evaluation_id": "guardrail_evaluations"}),
     "approval_decisions": ("approval_id", {"approval_id": "approvals"}),
+    "session_briefs": ("id", {}),
     "audit_chain": ("seq", {}),
 }
 # An outbox event's progress (status, attempts, lease) is the relay's to change, whenever it
@@ -1136,6 +1137,27 @@ class Checker:
             same_figures(got[key]["baseline"], baseline, (case, key, "baseline"))
             assert got[key]["drifted"] is drifted, (case, key)
 
+    def expect_getSessionContext(
+        self, case: Case, model: Model, answer: dict[str, Any], _: Any, before: Snapshot, *__: Any
+    ) -> None:
+        p = case.params
+        self.crossing(case, before, p.get("task"))
+        result = answer["result"]
+        brief = result["context"]
+        assert brief["agent"] == case.agent and result["tokens"] <= p.get("maxTokens", 1500)
+        shown = [d["id"] for d in brief["relevant"] + brief["recentFailures"]]
+        shown += [r["decisionId"] for r in brief["ready"] if "decisionId" in r]
+        assert set(shown) <= set(model.decisions), (case, set(shown) - set(model.decisions))
+        for f in brief["recentFailures"]:
+            d = model.decisions[f["id"]]
+            assert d["recorded_by"] == case.agent and d["outcome"] == "failure", (case, f)
+        mine = {
+            d["category"]
+            for d in model.decisions.values()
+            if d["recorded_by"] == case.agent and d["outcome"] in SCORES
+        }
+        assert {c["category"] for c in brief["calibration"]} <= mine, case
+
     def expect_ready(self, case: Case, model: Model, answer: dict[str, Any], *_: Any) -> None:
         p = case.params
         agent = p.get("agent") or case.agent
@@ -1538,6 +1560,10 @@ def representative(
         "cstp.listGuardrails": [("alice", {"scope": m})],
         "cstp.ready": [("alice", {}), ("rita", {"agent": "bob"}), ("alice", {"agent": "bob"})],
         "cstp.checkDrift": [("alice", {}), ("alice", {"agent": "alice", "minDecisions": 1})],
+        "cstp.getSessionContext": [
+            ("alice", {"format": "json", "task": f"Cache the {m} catalogue at the edge"}),
+            ("bob", {"format": "json"}),
+        ],
         "rpc.discover": [("alice", {})],
         "cstp.checkGuardrails": [
             ("alice", {"action": {"description": shared["intent"], "category": "process"}}),
@@ -1704,6 +1730,10 @@ def strategies(world: World) -> st.SearchStrategy[Case]:
         elif method == "cstp.ready":
             p = maybe("agent", lambda: draw(st.sampled_from((*ROLE, "nobody"))))
             p |= maybe("limit", lambda: draw(st.integers(1, 50)))
+        elif method == "cstp.getSessionContext":
+            p = {"format": "json"}  # the decision ids it shows, to check
+            p |= maybe("task", lambda: some_text() if draw(st.booleans()) else some_word())
+            p |= maybe("maxTokens", lambda: draw(st.sampled_from((200, 1500, 8000))))
         elif method == "cstp.checkDrift":
             p = maybe("agent", lambda: draw(st.sampled_from((*ROLE, "nobody"))))
             p |= maybe("category", lambda: draw(category))
