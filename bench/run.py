@@ -30,13 +30,24 @@ from bench.measure import MethodRun, measure_method
 from bench.seed import Generator, Progress, SeedStats
 from bench.server import REPO_ROOT, BenchError, ServerProcess, prepare_server
 
-READ_METHODS = ("cstp.announceIntent", "cstp.queryDecisions", "cstp.checkGuardrails")
+READ_METHODS = (
+    "cstp.announceIntent",
+    "cstp.queryDecisions",
+    "cstp.checkGuardrails",
+    # the learning loop (issue #40): the work list, drift, the session brief
+    "cstp.ready",
+    "cstp.checkDrift",
+    "cstp.getSessionContext",
+)
 WRITE_METHOD = "cstp.recordDecision"
 TABLE_ORDER = (
     "cstp.announceIntent",
     "cstp.recordDecision",
     "cstp.queryDecisions",
     "cstp.checkGuardrails",
+    "cstp.ready",
+    "cstp.checkDrift",
+    "cstp.getSessionContext",
 )
 
 
@@ -408,6 +419,9 @@ def params_for(gen: Generator, method: str, n: int) -> list[dict[str, Any]]:
         "cstp.recordDecision": gen.record_params,
         "cstp.queryDecisions": gen.query_params,
         "cstp.checkGuardrails": gen.guardrail_params,
+        "cstp.ready": dict,
+        "cstp.checkDrift": dict,
+        "cstp.getSessionContext": lambda: {"task": gen.query_params()["query"]},
     }[method]
     return [make() for _ in range(n)]
 
