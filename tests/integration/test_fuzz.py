@@ -574,6 +574,27 @@ def valid_params(known_id: str) -> dict[str, dict[str, Any]]:
             },
             "groupBy": "category",
         },
+        # an approval no call asked for: -32007 (alice's token has no approve scope: -32010)
+        "cstp.getApproval": {"id": "00000000-0000-4000-8000-000000000000"},
+        "cstp.listApprovals": {"status": "pending", "limit": 5, "offset": 0},
+        "cstp.decideApproval": {
+            "id": "00000000-0000-4000-8000-000000000000",
+            "verdict": "approve",
+            "reason": "Window agreed",
+        },
+        "cstp.ready": {"limit": 5, "agent": "alice"},
+        "cstp.checkDrift": {
+            "agent": "alice",
+            "category": "architecture",
+            "recentDays": 30,
+            "baselineDays": 90,
+            "minDecisions": 5,
+        },
+        "cstp.getSessionContext": {
+            "task": "queue between services",
+            "maxTokens": 500,
+            "format": "json",
+        },
     }
 
 
