@@ -141,8 +141,9 @@ async def test_seed_example_is_recorded_exported_and_findable_at_once(
     others = [await rpc.ok("cstp.recordDecision", simple(t)) for t in UNRELATED]
     result = await rpc.ok("cstp.recordDecision", seed_decision)
 
-    assert set(result) == {"success", "id", "path", "indexed", "timestamp"}
+    assert set(result) == {"success", "id", "path", "indexed", "timestamp", "quality"}
     assert result["success"] is True and result["indexed"] is True
+    assert result["quality"] == {"flags": []}  # a decision, not a status update
     assert ID_RE.match(result["id"])
     assert result["id"] not in {o["id"] for o in others}
     assert ISO_UTC_RE.match(result["timestamp"]), result["timestamp"]
