@@ -3,7 +3,14 @@
 from .approvals import Approval, ApprovalDecision
 from .audit import AuditEntry
 from .base import Base
-from .decisions import Decision, DecisionReason, DecisionReview, DecisionTag, WorkspaceDecisions
+from .decisions import (
+    Decision,
+    DecisionReason,
+    DecisionReview,
+    DecisionSupersede,
+    DecisionTag,
+    WorkspaceDecisions,
+)
 from .guardrails import GuardrailEvaluation, GuardrailRuleResult, GuardrailRuleSet
 from .intents import Intent, IntentMatch
 from .outbox import OutboxEvent
@@ -20,6 +27,7 @@ __all__ = [
     "Decision",
     "DecisionReason",
     "DecisionReview",
+    "DecisionSupersede",
     "DecisionTag",
     "GuardrailEvaluation",
     "GuardrailRuleResult",
