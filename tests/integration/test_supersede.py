@@ -13,6 +13,8 @@ from click.testing import CliRunner, Result
 
 from app.cli import main
 from app.db import migrate
+from app.search.reindex import reindex
+from app.search.repository import reindex as reindex_rows
 from support.app import Rpc, add_token
 from support.databases import USE_PG, run_sql
 
@@ -54,6 +56,7 @@ async def test_a_superseded_decision_leaves_searches_and_lists_unless_asked_for(
         "cstp.reviewDecision",
         {"id": old, "outcome": "failure", "lessons": "Stale prices were shown for an hour"},
     )
+    started = services.runtime.now()
     new = await record(rpc, NEW, supersedes=[old])
 
     got_old, got_new = await decision(rpc, old), await decision(rpc, new)
@@ -95,6 +98,14 @@ async def test_a_superseded_decision_leaves_searches_and_lists_unless_asked_for(
     # the index entry was re-indexed through the outbox with the flag searches leave out
     metadata = await services.index.get_metadata([old, new], workspace="default")
     assert metadata[old].get("superseded") is True and "superseded" not in metadata[new]
+    # and a reindex keeps it; one running while the link was made copies the entry again
+    async with services.db.transaction(write=False) as session:
+        touched = reindex_rows.touched_since("default", started)
+        assert await reindex_rows.ids_after(session, None, touched, 10) == sorted([old, new])
+    assert await reindex(services) == 3
+    metadata = await services.index.get_metadata([old], workspace="default")
+    assert metadata[old].get("superseded") is True
+    assert old not in await found(rpc, OLD, "semantic")
 
 
 async def test_a_page_stays_full_when_the_nearest_decisions_are_superseded(rpc: Rpc) -> None:
