@@ -94,3 +94,5 @@ class DecisionItem(Struct, omit_defaults=True):
     tags: list[str]
     outcome: Outcome | None = None
     project: str | None = None
+    # Only a superseded decision has it (listed when ``includeSuperseded`` asks for those).
+    superseded_by: str | None = None

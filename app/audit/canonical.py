@@ -2,7 +2,8 @@
 
 An audited row is one row of ``intents``, ``guardrail_evaluations``, ``decisions`` or
 ``decision_reviews``, together with its child rows (an intent's matches, an evaluation's
-per-rule results, a decision's reasons and tags). Its canonical form is a JSON object:
+per-rule results, a decision's reasons, tags and supersede links). Its canonical form is a
+JSON object:
 
 - one member per column of the table's fixed list below, named by the database column, one
   per column a later format added (``Audited.later``) whose value is not NULL, and one per
@@ -11,7 +12,8 @@ per-rule results, a decision's reasons and tags). Its canonical form is a JSON o
 - one member per child table, named by that table: an array of the child rows, each an object
   of the child's listed columns (not its own integer key, not the parent reference), ordered
   by the child's natural key (compared as values: numbers as numbers, strings by code point),
-  then by the child's own encoding;
+  then by the child's own encoding; a child table a later format added (``Child.optional``:
+  a decision's supersede links) is a member only when the row has child rows in it;
 - values: NULL is ``null``; booleans ``true``/``false``; whole-number columns integers;
   floating-point columns the shortest decimal that reads back as the same double (``0.85``,
   ``1.0``, ``1e-05``), with -0.0 written ``0.0`` and a non-finite value as the string
@@ -266,6 +268,8 @@ def document(
             out[c] = value_of(v, audited.table.c[c].type)
     for child in audited.children:
         rows = [_child_row(child, r) for r in (children or {}).get(child.table.name, ())]
+        if child.optional and not rows:  # a member only when it has rows (app.audit.tables)
+            continue
         _sort_rows(child, rows)
         out[child.table.name] = rows
     return out
@@ -293,10 +297,16 @@ def covered_object(obj: Base) -> Covered:
     tags); a child table with no relationship on the object has no rows (a failed intent)."""
     audited = AUDITED[table_of(type(obj)).name]
     mapper = inspect(type(obj))
+    unset = inspect(obj).unloaded
     children: dict[str, list[dict[str, Any]]] = {}
     for rel in mapper.relationships:
         target = rel.mapper.local_table
         for child in audited.children:
-            if child.table is target:
-                children[child.table.name] = [_columns(item) for item in getattr(obj, rel.key)]
+            if child.table is not target:
+                continue
+            if child.optional and rel.key in unset:
+                # never set on the object being inserted (an imported decision has no
+                # supersede links): it has no rows there, and reading it would load it
+                continue
+            children[child.table.name] = [_columns(item) for item in getattr(obj, rel.key)]
     return covered(audited.name, _columns(obj), children)

@@ -1,9 +1,11 @@
 """What ``cstp audit verify`` checks beyond walking the chain (app.audit.verify): audited rows
 that no entry covers (``inserted``) or that two cover (``duplicate``), the stored rule sets
 (``rule-set``), decisions whose review columns, which the chain leaves out, are not a copy
-of their latest review (``review``), and workspaces that disagree (``workspace``): an entry's
-or a child row's (a reason's, a match's, …) that is not its row's. A row's own workspace is
-in its digest; these are not, and row-level security reads them (docs/AUDIT.md)."""
+of their latest review (``review``), decisions whose ``superseded_by`` is not the decision
+of their latest supersede link (``supersede``), and workspaces that disagree
+(``workspace``): an entry's or a child row's (a reason's, a match's, …) that is not its
+row's. A row's own workspace is in its digest; these are not, and row-level security reads
+them (docs/AUDIT.md)."""
 
 from __future__ import annotations
 
@@ -114,6 +116,28 @@ def _value(column: str, stored: Any) -> Any:
         except ValueError:
             return stored
     return stored
+
+
+def supersede_copies(conn: Connection) -> list[Problem]:
+    """Decisions whose ``superseded_by``, which the chain does not cover (it is set when a
+    later decision supersedes this one), is not the decision of the latest link naming them
+    (the greatest id: links are made under the superseded decision's row lock, like reviews);
+    or is set while no link names them. The links are child rows of the superseding decision,
+    covered by its entry: one deleted or changed is also reported there."""
+    out = []
+    for row in stored.supersede_copies(conn):
+        if row["link_id"] is None:
+            why = f"superseded_by is {row['superseded_by']!r}, yet no supersede link names it"
+        elif row["superseded_by"] != row["by"]:
+            why = (
+                f"superseded_by is {row['superseded_by']!r}, not {row['by']!r}, the decision "
+                f"of its latest supersede link (decision_supersedes {row['link_id']})"
+            )
+        else:
+            continue
+        seq = row["seq"] if type(row["seq"]) is int else None
+        out.append(Problem("supersede", seq, "decisions", str(row["id"]), why))
+    return out
 
 
 def rule_sets(conn: Connection) -> list[Problem]:

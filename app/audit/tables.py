@@ -11,12 +11,18 @@ from sqlalchemy import Table
 from app.db.approvals import Approval, ApprovalDecision
 from app.db.base import table_of
 from app.db.briefs import SessionBrief
-from app.db.decisions import Decision, DecisionReason, DecisionReview, DecisionTag
+from app.db.decisions import (
+    Decision,
+    DecisionReason,
+    DecisionReview,
+    DecisionSupersede,
+    DecisionTag,
+)
 from app.db.guardrails import GuardrailEvaluation, GuardrailRuleResult
 from app.db.intents import Intent, IntentMatch
 from app.db.tokens import ApiTokenGrant
 
-FORMAT = 5
+FORMAT = 6
 """The canonical form's format: the column lists below. Any change to them is a new format.
 Format 2 adds ``intents.search_degraded`` (revision 0011) as a ``later`` column; format 3 the
 ``workspace`` of every audited row (revision 0012), a member only for another workspace than
@@ -24,8 +30,9 @@ Format 2 adds ``intents.search_degraded`` (revision 0011) as a ``later`` column;
 ``approval_id`` and ``guardrail_rule_results.would_escalate`` as ``later`` columns (NULL
 unless an escalate rule applied), and the approvals tables; format 5 (revision 0018)
 ``decision_reviews.source`` (a member only when not ``agent``) and
-``decisions.quality_flags`` (only when not NULL); and ``session_briefs`` (revision 0021),
-a table of its own."""
+``decisions.quality_flags`` (only when not NULL); format 6 (revision 0019) the child table
+``decision_supersedes`` of ``decisions``, a member only when the decision has links
+(``Child.optional``); and ``session_briefs`` (revision 0021), a table of its own."""
 
 WORKSPACE = (("workspace", "default"),)
 
@@ -39,6 +46,9 @@ class Child:
     # Columns a later format added: a member of a child row only when not NULL (as
     # ``Audited.later``).
     later: tuple[str, ...] = ()
+    # A child table a later format added: a member of its parent's form only when the parent
+    # has rows in it, so that the rows stored before it (which have none) keep their digests.
+    optional: bool = False
 
 
 @dataclass(frozen=True)
@@ -179,6 +189,13 @@ DECISIONS = Audited(
             ("position",),
         ),
         Child(table_of(DecisionTag), "decision_id", ("tag", "position"), ("position", "tag")),
+        Child(
+            table_of(DecisionSupersede),
+            "decision_id",
+            ("superseded_id", "position"),
+            ("position",),
+            optional=True,
+        ),
     ),
     later=("quality_flags",),
 )

@@ -18,6 +18,9 @@ with the entry's sequence number, table and row id:
   whose rule set is not stored;
 - ``review``: a decision whose review columns (which the chain leaves out: every review
   updates them) are not a copy of its latest review, which is chained;
+- ``supersede``: a decision whose ``superseded_by`` (which the chain leaves out: it is set
+  when a later decision supersedes it) is not the decision of its latest supersede link,
+  which is chained with the superseding decision;
 - ``token``: a stored token that disagrees with its grants, which are chained (revoked_at
   cleared, scopes widened, …; app.audit.grants), or a grant whose token is gone;
 - ``checkpoint``: a checkpoint that does not match the chain (its entry differs), whose MAC
@@ -35,7 +38,14 @@ from sqlalchemy import Connection
 from .canonical import AUDITED, digest_of
 from .chain import GENESIS, entry_hash
 from .checkpoints import Checkpoint, check_point
-from .coverage import duplicates, inserted, review_copies, rule_sets, workspaces
+from .coverage import (
+    duplicates,
+    inserted,
+    review_copies,
+    rule_sets,
+    supersede_copies,
+    workspaces,
+)
 from .grants import token_problems
 from .problems import Problem, Report
 from .repository import entries as store
@@ -130,6 +140,7 @@ def verify(
     problems.extend(inserted(conn))
     problems.extend(rule_sets(conn))
     problems.extend(review_copies(conn))
+    problems.extend(supersede_copies(conn))
     problems.extend(workspaces(conn))
     problems.extend(token_problems(conn))
     for point in checkpoints:

@@ -5,7 +5,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from .base import Base, UtcDateTime, workspace_column
@@ -61,12 +71,24 @@ class Decision(Base):
     guardrail_evaluation_id: Mapped[str | None] = mapped_column(
         ForeignKey("guardrail_evaluations.id")
     )
+    # The decision that superseded this one (revision 0019), the newest when several did:
+    # copied from the latest ``decision_supersedes`` row naming it, so reads need no join, and
+    # set when that row is written, like the review columns (``cstp audit verify`` holds it
+    # to the chained links). NULL while nothing supersedes it.
+    superseded_by: Mapped[str | None] = mapped_column(String(8))
 
     reasons: Mapped[list[DecisionReason]] = relationship(
         order_by="DecisionReason.position", lazy="raise", cascade="all, delete-orphan"
     )
     tags: Mapped[list[DecisionTag]] = relationship(
         order_by="DecisionTag.position", lazy="raise", cascade="all, delete-orphan"
+    )
+    # The decisions this one supersedes (recordDecision's ``supersedes``), in the given order.
+    supersedes: Mapped[list[DecisionSupersede]] = relationship(
+        order_by="DecisionSupersede.position",
+        foreign_keys="DecisionSupersede.decision_id",
+        lazy="raise",
+        cascade="all, delete-orphan",
     )
 
     @property
@@ -96,6 +118,23 @@ class DecisionTag(Base):
         ForeignKey("decisions.id", ondelete="CASCADE"), primary_key=True
     )
     tag: Mapped[str] = mapped_column(String(128), primary_key=True)
+    workspace: Mapped[str] = workspace_column()
+    position: Mapped[int] = mapped_column(Integer)
+
+
+class DecisionSupersede(Base):
+    """A supersede link (revision 0019): the decision ``decision_id`` supersedes the earlier
+    decision ``superseded_id`` of the same workspace. A child row of the superseding decision,
+    covered by its chain entry; append-only. Its id follows the order the links were made in
+    (each is made under the superseded decision's row lock), so the latest link naming a
+    decision is the one with the greatest id: the one ``decisions.superseded_by`` copies."""
+
+    __tablename__ = "decision_supersedes"
+    __table_args__ = (UniqueConstraint("decision_id", "superseded_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    decision_id: Mapped[str] = mapped_column(ForeignKey("decisions.id"))
+    superseded_id: Mapped[str] = mapped_column(ForeignKey("decisions.id"), index=True)
     workspace: Mapped[str] = workspace_column()
     position: Mapped[int] = mapped_column(Integer)
 

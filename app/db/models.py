@@ -4,7 +4,14 @@ from .approvals import Approval, ApprovalDecision
 from .audit import AuditEntry
 from .base import Base
 from .briefs import SessionBrief
-from .decisions import Decision, DecisionReason, DecisionReview, DecisionTag, WorkspaceDecisions
+from .decisions import (
+    Decision,
+    DecisionReason,
+    DecisionReview,
+    DecisionSupersede,
+    DecisionTag,
+    WorkspaceDecisions,
+)
 from .guardrails import GuardrailEvaluation, GuardrailRuleResult, GuardrailRuleSet
 from .intents import Intent, IntentMatch
 from .outbox import OutboxEvent
@@ -21,6 +28,7 @@ __all__ = [
     "Decision",
     "DecisionReason",
     "DecisionReview",
+    "DecisionSupersede",
     "DecisionTag",
     "GuardrailEvaluation",
     "GuardrailRuleResult",

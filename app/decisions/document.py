@@ -143,6 +143,8 @@ def wire(d: Decision, reviews: list[DecisionReview]) -> DecisionOut:
         guardrail_evaluation_id=d.guardrail_evaluation_id,
         path=relative_path(d),
         reviews=[review_out(r) for r in reviews],
+        superseded_by=d.superseded_by,
+        supersedes=[link.superseded_id for link in d.supersedes],
     )
 
 

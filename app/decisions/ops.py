@@ -33,6 +33,7 @@ def register(registry: Registry) -> None:
             "announce_intent call that preceded it. Answers the decision's id (keep it to review "
             "the decision later) and whether it is already searchable.",
             transaction=False,  # app.decisions.writer commits its rows in batches
+            errors=(DECISION_NOT_FOUND,),  # a decision it supersedes is unknown
             tool="record_decision",
             scopes=(scopes.RECORD,),
         )

@@ -14,13 +14,24 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, ScalarResult, Select, bindparam, case, func, or_, select
+from sqlalchemy import (
+    Connection,
+    ScalarResult,
+    Select,
+    bindparam,
+    case,
+    func,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 
 from app.audit.chain import append
-from app.db.decisions import Decision, DecisionReview, DecisionTag
+from app.db.base import table_of
+from app.db.decisions import Decision, DecisionReview, DecisionSupersede, DecisionTag
 from app.errors import decision_not_found
 from app.operations.params import parse_timestamp
 
@@ -50,18 +61,22 @@ async def lock_one(session: AsyncSession, workspace: str, decision_id: str) -> D
 async def load_with_reviews(
     session: AsyncSession, workspace: str, decision_id: str
 ) -> tuple[Decision, list[DecisionReview]]:
-    """One row of ``workspace`` with its tags and reasons, and its reviews oldest first: by
-    id, the latest last (see "which review is the latest" below). Both are read by one
-    statement, so they are one snapshot even under Postgres' READ COMMITTED, where each
-    statement sees what was committed before it: a review committed between two statements
-    would otherwise be in the history and not yet in the row. -32007 when there is none, in
-    that workspace."""
+    """One row of ``workspace`` with its tags, reasons and supersede links, and its reviews
+    oldest first: by id, the latest last (see "which review is the latest" below). Both are
+    read by one statement, so they are one snapshot even under Postgres' READ COMMITTED,
+    where each statement sees what was committed before it: a review committed between two
+    statements would otherwise be in the history and not yet in the row. -32007 when there
+    is none, in that workspace."""
     result = await session.execute(
         select(Decision, DecisionReview)
         .outerjoin(DecisionReview, DecisionReview.decision_id == Decision.id)
         .where(Decision.id == decision_id, Decision.workspace == workspace)
         .order_by(DecisionReview.id)
-        .options(selectinload(Decision.tags), selectinload(Decision.reasons))
+        .options(
+            selectinload(Decision.tags),
+            selectinload(Decision.reasons),
+            selectinload(Decision.supersedes),
+        )
     )
     rows = result.all()
     if not rows:
@@ -121,6 +136,8 @@ _SORT = {
 
 def _filtered(workspace: str, p: ListDecisionsParams) -> Select[Decision]:
     query = select(Decision).where(Decision.workspace == workspace)
+    if not p.include_superseded:
+        query = query.where(Decision.superseded_by.is_(None))
     for column, value in (
         (Decision.category, p.category),
         (Decision.stakes, p.stakes),
@@ -272,6 +289,71 @@ def add_review(
     decision.review_source = source
 
 
+# --- supersede links --------------------------------------------------------------------------
+#
+# A link is a child row of the superseding decision (inserted with it, covered by its chain
+# entry); the superseded decision's ``superseded_by`` copies the latest link naming it. Links
+# are made under the superseded decisions' row locks (``lock_superseded``, taken before the
+# links' ids are drawn and held to the commit), so, as with reviews, the latest link naming a
+# decision is the one with the greatest id, and the row holds its decision: concurrent
+# recordDecision calls superseding one decision are written one after the other, in any number
+# of server processes. ``cstp audit verify`` holds the copy to the links (app.audit.coverage).
+
+_EXISTING = select(Decision.id).where(
+    Decision.id.in_(bindparam("ids", expanding=True)), Decision.workspace == bindparam("workspace")
+)
+_DECISIONS = table_of(Decision)
+_MARK_SUPERSEDED = (
+    update(_DECISIONS)
+    .where(_DECISIONS.c.id == bindparam("b_superseded"))
+    .values(superseded_by=bindparam("b_by"))
+)
+
+
+def existing(conn: Connection, workspace: str, ids: Sequence[str]) -> set[str]:
+    """Which of ``ids`` are decisions of ``workspace``."""
+    if not ids:
+        return set()
+    return set(conn.execute(_EXISTING, {"ids": list(ids), "workspace": workspace}).scalars())
+
+
+async def lock_superseded(session: AsyncSession, ids: Sequence[str]) -> None:
+    """Lock the rows of ``ids`` until the transaction ends, in id order (so two writers never
+    wait for each other round a cycle), before the links naming them are inserted. Postgres
+    only: SQLite's write transactions already hold the database's only write lock."""
+    if ids and session.get_bind().dialect.name != "sqlite":
+        await session.execute(
+            select(Decision.id)
+            .where(Decision.id.in_(sorted(set(ids))))
+            .order_by(Decision.id)
+            .with_for_update()
+        )
+
+
+def supersede_links(workspace: str, ids: Sequence[str]) -> list[DecisionSupersede]:
+    """The link rows of a new decision superseding ``ids``, in that order."""
+    return [
+        DecisionSupersede(workspace=workspace, superseded_id=superseded, position=n)
+        for n, superseded in enumerate(ids)
+    ]
+
+
+async def mark_superseded(session: AsyncSession, decisions: Sequence[Decision]) -> list[str]:
+    """UPDATE the decisions that ``decisions`` (flushed, in the order their links were
+    inserted) supersede to show it: each its latest superseding decision, the last given.
+    Returns their ids."""
+    latest: dict[str, str] = {}
+    for decision in decisions:
+        for link in decision.supersedes:
+            latest[link.superseded_id] = decision.id  # a later one replaces an earlier
+    if latest:
+        await session.execute(
+            _MARK_SUPERSEDED,
+            [{"b_superseded": old, "b_by": new} for old, new in sorted(latest.items())],
+        )
+    return sorted(latest)
+
+
 # --- which review is the latest --------------------------------------------------------------
 #
 # A decision's latest review is the one with the greatest id: reviews are made one at a time
@@ -284,9 +366,10 @@ def add_review(
 # (app.decisions.reviews), so it grows with the id as well; a YAML file, which has no review
 # id, is compared by it (app.decisions.export). Nothing orders reviews by it.
 
-# The columns a review writes into the decision row: the whole of what a review changes, so
-# two reads that find them equal found the same version of the row.
+# The columns a review writes into the decision row, and ``superseded_by``: the whole of what
+# changes in a decision row, so two reads that find them equal found the same version of it.
 REVIEW_STATE = (
+    Decision.superseded_by,  # set when a later decision supersedes it: it changes the entry
     Decision.status,
     Decision.outcome,
     Decision.reviewed_at,

@@ -76,6 +76,8 @@ class RecordDecisionParams(Struct):
     line: Count | None = None
     commit: Annotated[str, Meta(max_length=64)] | None = None
     correlation_id: CorrelationId | None = None
+    # The earlier decisions of the caller's workspace this one replaces (SPEC.md, section 9).
+    supersedes: Annotated[list[DecisionId], Meta(max_length=20)] = []  # noqa: RUF012 - a msgspec field
 
 
 class GetDecisionParams(Struct):
@@ -96,6 +98,7 @@ class ListDecisionsParams(Struct):
     search: Annotated[str, Meta(max_length=1000)] | None = None
     sort: SortKey = "createdAt"
     order: Order = "desc"
+    include_superseded: bool = False  # superseded decisions are left out unless asked for
 
 
 class QualityOut(msgspec.Struct):
@@ -189,6 +192,10 @@ class DecisionOut(Struct):
     guardrail_evaluation_id: str | None
     path: str
     reviews: list[ReviewOut] = []  # noqa: RUF012 - a msgspec field
+    # The decision that superseded this one (the newest, when several did), and the decisions
+    # this one supersedes, in the order it named them.
+    superseded_by: str | None = None
+    supersedes: list[str] = []  # noqa: RUF012 - a msgspec field
 
 
 class GetDecisionResult(Struct):

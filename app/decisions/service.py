@@ -7,11 +7,12 @@ those of concurrent calls."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from datetime import timedelta
 from typing import Any
 
 from app.db.decisions import Decision, DecisionReason, DecisionTag
-from app.errors import GUARDRAIL_EVAL_FAILED, CstpError, invalid_params
+from app.errors import GUARDRAIL_EVAL_FAILED, CstpError, decision_not_found, invalid_params
 from app.guardrails.service import Request, Staged, evaluate_request
 from app.intents.repository import stored as stored_intent
 from app.operations.context import CallContext
@@ -63,6 +64,28 @@ async def _link_intent(ctx: CallContext, p: RecordDecisionParams) -> dict[str, A
     }
 
 
+async def _superseded(ctx: CallContext, p: RecordDecisionParams) -> tuple[str, ...]:
+    """The decisions ``supersedes`` names, each once and in order, once every one is known
+    to be a decision of the caller's workspace: -32007 naming the first that is not (another
+    workspace's id reads as unknown, as everywhere), -32602 for one named twice. A decision
+    already superseded may be superseded again (its ``supersededBy`` then shows the newest).
+    Read as recordDecision reads its intent: a short read of its own, ended before the rows
+    go to the batched writer (decisions are never deleted or moved, so the answer holds)."""
+    ids = tuple(p.supersedes)
+    if not ids:
+        return ()
+    if len(set(ids)) != len(ids):
+        raise invalid_params("supersedes", "names a decision more than once")
+    known = await ctx.services.db.read(
+        functools.partial(repository.existing, workspace=ctx.workspace, ids=ids),
+        session=ctx.open_session,
+    )
+    for decision_id in ids:
+        if decision_id not in known:
+            raise decision_not_found(decision_id)
+    return ids
+
+
 def _evaluate_guardrails(ctx: CallContext, p: RecordDecisionParams) -> Staged | None:
     """A guardrail evaluation of the decision as recorded (never blocks recording)."""
     request = Request(p.decision, p.category, p.stakes, p.confidence, p.project, {})
@@ -110,6 +133,7 @@ async def record(ctx: CallContext, p: RecordDecisionParams) -> RecordDecisionRes
     if flagged:  # else left out: SQL NULL (a JSON column would store None as JSON null)
         fields["quality_flags"] = flagged
     tags = _unique(p.tags)
+    supersedes = await _superseded(ctx, p)
 
     def build() -> Decision:
         decision = Decision(**fields)
@@ -126,6 +150,7 @@ async def record(ctx: CallContext, p: RecordDecisionParams) -> RecordDecisionRes
         decision.tags = [
             DecisionTag(workspace=ctx.workspace, tag=t, position=i) for i, t in enumerate(tags)
         ]
+        decision.supersedes = repository.supersede_links(ctx.workspace, supersedes)
         return decision
 
     # Embed while the rows are written and committed: the outbox pass finds the vector ready.
@@ -133,7 +158,7 @@ async def record(ctx: CallContext, p: RecordDecisionParams) -> RecordDecisionRes
     fields.update(await _link_intent(ctx, p))
     staged = _evaluate_guardrails(ctx, p)
     fields["guardrail_evaluation_id"] = staged.checked.evaluation_id if staged else None
-    decision, indexed = await ctx.services.recorder.write(build, staged, prepared)
+    decision, indexed = await ctx.services.recorder.write(build, staged, prepared, supersedes)
     return RecordDecisionResult(
         success=True,
         id=decision.id,

@@ -49,6 +49,7 @@ class _Unit:
     build: Callable[[], Decision]  # a fresh, unsaved row (with reasons and tags) per call
     evaluation: Staged | None
     prepared: Awaitable[None]  # the embedding, computed while the rows are written
+    supersedes: tuple[str, ...] = ()  # the decisions it supersedes (their rows are updated)
     decision: Decision | None = None  # the row added in the unit's latest transaction
     events: list[OutboxEvent] = field(default_factory=list)  # its outbox events
     indexed: asyncio.Future[bool] | None = None  # its outbox pass's outcome, once committed
@@ -66,11 +67,17 @@ class RecordWriter:
         self._passes: set[asyncio.Task[None]] = set()
 
     async def write(
-        self, build: Callable[[], Decision], evaluation: Staged | None, prepared: Awaitable[None]
+        self,
+        build: Callable[[], Decision],
+        evaluation: Staged | None,
+        prepared: Awaitable[None],
+        supersedes: tuple[str, ...] = (),
     ) -> tuple[Decision, bool]:
-        """Write one decision (and its guardrail evaluation); returns the committed row and
-        whether it is in the vector index. Raises what its transaction raised."""
-        unit = await self._commits.submit(_Unit(build, evaluation, prepared))
+        """Write one decision (and its guardrail evaluation; the decisions it supersedes,
+        ``supersedes``, are the ones its links built by ``build`` name, already checked to be
+        of its workspace); returns the committed row and whether it is in the vector index.
+        Raises what its transaction raised."""
+        unit = await self._commits.submit(_Unit(build, evaluation, prepared, supersedes))
         assert unit.decision is not None and unit.indexed is not None  # set once committed
         return unit.decision, await asyncio.shield(unit.indexed)
 
@@ -154,6 +161,7 @@ class RecordWriter:
         try:
             async with self.db.transaction(write=True) as session:
                 await store(session, [u.evaluation for u in group if u.evaluation is not None])
+                await repository.lock_superseded(session, [i for u in group for i in u.supersedes])
                 for unit in group:
                     # A colliding id fails the batch, which is then written call by call.
                     decision = unit.build()
@@ -162,6 +170,7 @@ class RecordWriter:
                     unit.decision = decision
                     unit.events = self.relay.enqueue(session, decision.id, decision.workspace)
                 await session.flush()
+                await self._supersede(session, group)
                 await webhooks.enqueue_many(session, [recorded(u.decision) for u in group])
                 undo_settle = await self.relay.settle_in(session)
         except BaseException:
@@ -173,14 +182,34 @@ class RecordWriter:
         async with self.db.transaction(write=True) as session:
             if unit.evaluation is not None:
                 await store(session, [unit.evaluation])
+            await repository.lock_superseded(session, unit.supersedes)
             decision = unit.build()
             await self._insert_with_fresh_id(session, decision)
             unit.decision = decision
             unit.events = self.relay.enqueue(session, decision.id, decision.workspace)
             await session.flush()
+            await self._supersede(session, [unit])
             await webhooks.enqueue_many(session, [recorded(decision)])
         (committed,) = self._committed([unit])
         return committed
+
+    async def _supersede(self, session: AsyncSession, units: list[_Unit]) -> None:
+        """Show the supersede links of ``units``' flushed decisions on the decisions they
+        supersede, and re-index those (their index entries get the superseded flag that
+        searches leave out) through the outbox, in the same transaction: an index event each,
+        carried by the inline pass of the first unit that supersedes it."""
+        if not any(u.supersedes for u in units):
+            return
+        decisions = [u.decision for u in units if u.decision is not None]
+        superseded = set(await repository.mark_superseded(session, decisions))
+        for unit in units:
+            assert unit.decision is not None  # added before the flush
+            for old in unit.supersedes:
+                if old in superseded:
+                    superseded.discard(old)
+                    unit.events += self.relay.enqueue(
+                        session, old, unit.decision.workspace, (EventKind.INDEX,)
+                    )
 
     async def _insert_with_fresh_id(self, session: AsyncSession, decision: Decision) -> None:
         """Draw ids until one is free; a collision is detected by the primary key, never an
@@ -206,7 +235,11 @@ class RecordWriter:
             log.exception("outbox pass after recordDecision failed")
         finally:
             for unit in units:
-                index_event = next(e.id for e in unit.events if e.kind == EventKind.INDEX)
+                assert unit.decision is not None  # every unit of a pass was committed
+                own = unit.decision.id  # (its events also index the decisions it superseded)
+                index_event = next(
+                    e.id for e in unit.events if e.kind == EventKind.INDEX and e.decision_id == own
+                )
                 if unit.indexed is not None and not unit.indexed.done():
                     unit.indexed.set_result(index_event in done)
 

@@ -81,6 +81,8 @@ def index_metadata(d: Decision | Brief) -> dict[str, Any]:
         "pr": d.pr,
         "has_outcome": d.outcome is not None,
         "outcome": d.outcome,
+        # only once superseded (absent before: no entry indexed earlier needs rewriting)
+        "superseded": True if d.superseded_by is not None else None,
     }
     metadata.update(tag_metadata(tags_of(d)))
     return {k: v for k, v in metadata.items() if v is not None}
@@ -102,5 +104,6 @@ def list_item(d: Decision | Brief, kind: type[Item], **extra: Any) -> Item:
         tags=tags_of(d),
         outcome=cast(Outcome | None, d.outcome),
         project=d.project,
+        superseded_by=d.superseded_by,
         **extra,
     )

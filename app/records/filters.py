@@ -10,8 +10,9 @@ Stored metadata keys (written by the decision metadata builder): ``category``, `
 ``confidence``, ``created_at`` (float — store them as ``float(x)`` even when the value is
 whole: Chroma 1.5.9 truncates a float bound when it compares it with an *int* stored value, so
 an int ``0`` would match ``confidence >= 0.5``); ``pr`` (int); ``has_outcome`` (bool);
-``tags`` (non-empty list of str, see ``tag_metadata``). Absent optional keys are simply not
-stored (Chroma rejects None and empty lists).
+``superseded`` (bool: ``true``, only a superseded decision has the key); ``tags`` (non-empty
+list of str, see ``tag_metadata``). Absent optional keys are simply not stored (Chroma rejects
+None and empty lists).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeGuard
 
 TAGS_KEY = "tags"
+SUPERSEDED_KEY = "superseded"
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,9 @@ class SearchFilters:
     - ``tags``: the decision has EVERY listed tag (exact, case-sensitive).
     - ``None`` means "not filtered"; so does an empty tuple (an empty list in a request is
       read as "no restriction", not as "match nothing").
+    - Superseded decisions (``superseded: true`` in the entry; the key is absent otherwise)
+      are left out unless ``include_superseded``; that is a default, not a filter the caller
+      chose, so ``is_empty`` leaves it out.
 
     ``workspace`` is not a filter a caller chooses: it is the calling token's, and every search
     is made inside it (its own vector collection, a condition of every SQL statement), so it
@@ -61,11 +66,16 @@ class SearchFilters:
     feature: str | None = None
     pr: int | None = None
     has_outcome: bool | None = None
+    include_superseded: bool = False
 
     def is_empty(self) -> bool:
-        """True when no filter is set (an empty tuple counts as unset)."""
+        """True when no filter is set (an empty tuple counts as unset). Leaving superseded
+        decisions out is not counted: few decisions are superseded, so a search probes as
+        an unfiltered one does, and looks further only when the probe held too few."""
         return all(
-            getattr(self, f.name) in (None, ()) for f in fields(self) if f.name != "workspace"
+            getattr(self, f.name) in (None, ())
+            for f in fields(self)
+            if f.name not in ("workspace", "include_superseded")
         )
 
 
@@ -128,6 +138,8 @@ def _clauses(f: SearchFilters) -> list[dict[str, Any]]:
         clauses.append({"pr": {"$eq": int(f.pr)}})
     if f.has_outcome is not None:
         clauses.append({"has_outcome": {"$eq": bool(f.has_outcome)}})
+    if not f.include_superseded:  # $ne matches an entry without the key (verified, 1.5.9)
+        clauses.append({SUPERSEDED_KEY: {"$ne": True}})
     return clauses
 
 
@@ -210,4 +222,4 @@ def matches(f: SearchFilters, metadata: Mapping[str, Any]) -> bool:
         has_outcome = metadata.get("has_outcome")
         if not isinstance(has_outcome, bool) or has_outcome is not bool(f.has_outcome):
             return False
-    return True
+    return f.include_superseded or metadata.get(SUPERSEDED_KEY) is not True

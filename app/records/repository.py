@@ -44,6 +44,7 @@ class Brief:
     actual_result: str | None
     lessons: str | None
     review_notes: str | None
+    superseded_by: str | None
     tag_names: list[str] = field(default_factory=list)
     reasons: list[Any] = field(default_factory=list)
 

@@ -63,9 +63,10 @@ async def search(
         tags=tags,
         reasons=reasons,
     )
+    # Unfiltered, the probe's hits can fall short only by superseded decisions (or stale
+    # entries): then it looks further too.
     found = await db.read(
-        functools.partial(merge, hits=hits, enough=not filtered or len(hits) < first),
-        session=ctx.open_session,
+        functools.partial(merge, hits=hits, enough=len(hits) < first), session=ctx.open_session
     )
     if found is None:  # too few matches among the probe's hits: look further, as nearest
         hits, complete = await semantic.wider(ctx, vector, first, filters.workspace)

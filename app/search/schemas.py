@@ -47,6 +47,7 @@ class QueryDecisionsParams(Struct):
     include_reasons: bool = False
     filters: QueryFiltersIn | None = None
     retrieval_mode: RetrievalMode | None = None
+    include_superseded: bool = False  # superseded decisions are left out unless asked for
 
 
 # ``distance`` is absent where only the keyword side found it, ``reasons`` unless asked for

@@ -62,21 +62,23 @@ async def nearest(
     tags: bool,
     reasons: bool,
 ) -> list[Match]:
-    """The nearest decisions satisfying every filter, from the probe's hits. A filtered
-    search keeps the probe's hits whose rows match: when that yields ``limit`` results, or
-    the probe saw the whole collection, they are exactly the filtered query's results.
-    Otherwise it looks further: ``wider``, then ``by_filter``. Raises IndexUnavailable."""
+    """The nearest decisions satisfying every filter, from the probe's hits. A search keeps
+    the probe's hits whose rows match (unfiltered, those not superseded): when that yields
+    ``limit`` results, or the probe saw the whole collection, they are exactly the query's
+    results. Otherwise it looks further: ``wider``, then ``by_filter``. Raises
+    IndexUnavailable."""
     wanted = limit + OVERFETCH
-    if not filters.is_empty():
-        found = await _verified(ctx, hits, filters, limit, tags, reasons)
-        if len(found) == limit or len(hits) < wanted * PROBE:
-            return found
-        hits, complete = await wider(ctx, vector, wanted * PROBE, filters.workspace)
-        if not complete:
-            found = await _verified(ctx, hits, filters, limit, tags, reasons)
-            if len(found) == limit:
-                return found
-            hits = await by_filter(ctx, vector, filters, wanted)
+    probed = wanted if filters.is_empty() else wanted * PROBE
+    found = await _verified(ctx, hits, filters, limit, tags, reasons)
+    # Unfiltered, only superseded decisions (or stale entries) are dropped: rarely so many
+    # that the probe's overfetch does not make up for them, but then it looks further too.
+    if len(found) == limit or len(hits) < probed:
+        return found
+    hits, complete = await wider(ctx, vector, probed, filters.workspace)
+    found = await _verified(ctx, hits, filters, limit, tags, reasons)
+    if len(found) == limit or complete:
+        return found
+    hits = await by_filter(ctx, vector, filters, wanted)
     return await _verified(ctx, hits, filters, limit, tags, reasons)
 
 
@@ -161,6 +163,7 @@ def _read_verified(
     a filter needs them, else only for the results."""
     found: list[Match] = []
     filtered = not filters.is_empty()
+    current = not filters.include_superseded  # checked alone when nothing else is filtered
     start, chunk = 0, max(1, len(hits) if filtered else limit)
     while start < len(hits) and len(found) < limit:
         batch = hits[start : start + chunk]
@@ -171,6 +174,8 @@ def _read_verified(
         for hit in batch:
             row = rows.get(hit.id)
             if row is None or (filtered and not matches(filters, index_metadata(row))):
+                continue
+            if current and row.superseded_by is not None:
                 continue
             distance = max(0.0, hit.distance)
             found.append(Match(row, distance, 1.0 - distance))

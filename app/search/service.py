@@ -71,12 +71,19 @@ def _as_tuple(value: str | Sequence[str] | None) -> tuple[str, ...] | None:
 
 
 def to_filters(
-    f: QueryFiltersIn | None, *, workspace: str, category: str | None = None
+    f: QueryFiltersIn | None,
+    *,
+    workspace: str,
+    category: str | None = None,
+    include_superseded: bool = False,
 ) -> SearchFilters:
     if f is None:
-        return SearchFilters(category=category, workspace=workspace)
+        return SearchFilters(
+            category=category, workspace=workspace, include_superseded=include_superseded
+        )
     return SearchFilters(
         workspace=workspace,
+        include_superseded=include_superseded,
         category=f.category if f.category is not None else category,
         stakes=_as_tuple(f.stakes),
         status=_as_tuple(f.status),
@@ -222,7 +229,9 @@ def summary(found: Match, *, include_reasons: bool) -> FoundDecision:
 
 async def query_decisions(ctx: CallContext, p: QueryDecisionsParams) -> QueryDecisionsResult:
     started = time.perf_counter()
-    filters = to_filters(p.filters, workspace=ctx.workspace)
+    filters = to_filters(
+        p.filters, workspace=ctx.workspace, include_superseded=p.include_superseded
+    )
     mode: Mode = p.retrieval_mode or default_mode(ctx)
     found = await find(ctx, p.query, filters, p.limit, reasons=p.include_reasons, mode=mode)
     return QueryDecisionsResult(

@@ -41,9 +41,12 @@ postgres_only = pytest.mark.skipif(not USE_PG, reason="database roles: PostgreSQ
 AUDIT_TABLES = (
     "api_token_grants",  # revision 0013: the tokens and their grants carry the policy too
     "api_tokens",
+    "approval_decisions",  # revision 0016
+    "approvals",
     "audit_chain",
     "decision_reasons",
     "decision_reviews",
+    "decision_supersedes",  # revision 0019
     "decision_tags",
     "decisions",
     "guardrail_evaluations",

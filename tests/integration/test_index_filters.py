@@ -3,6 +3,7 @@ in every pair, on ~60 decisions in a real embedded Chroma with real embeddings."
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 from collections.abc import AsyncIterator
@@ -50,6 +51,8 @@ def build_metadata() -> dict[str, dict[str, Any]]:
             "project": rng.choice(["alpha", "beta", None]),
             "feature": rng.choice(["F001", "F002", None]),
             "pr": rng.choice([1, 2, 3, None]),
+            # only a superseded decision has the key (left out by default, $ne in Chroma)
+            "superseded": True if n % 7 == 3 else None,
         }
         md.update(tag_metadata(rng.sample(TAGS, rng.randrange(4))))
         out[f"{n:08x}"] = clean_metadata(md)
@@ -82,6 +85,7 @@ CANDIDATES: list[tuple[str, Any]] = [
     ("pr", 3),
     ("has_outcome", True),
     ("has_outcome", False),
+    ("include_superseded", True),
 ]
 
 
@@ -118,7 +122,7 @@ async def test_each_filter_alone(index: VectorIndex, name: str, value: Any) -> N
     f = SearchFilters(workspace="default", **{name: value})
     want = expected(f)
     assert want, "choose a value that matches something"
-    assert want != set(METADATA) or name == "status"
+    assert want != set(METADATA) or name in ("status", "include_superseded")
     hits = await index.query(
         "a decision about the system", where=to_where(f), limit=100, workspace="default"
     )
@@ -149,7 +153,9 @@ async def test_boundaries_are_inclusive_and_exclusive(
     index: VectorIndex, vector: list[float]
 ) -> None:
     at_20 = {i for i, md in METADATA.items() if md["created_at"] == CREATED[20]}
-    window = SearchFilters(workspace="default", date_after=AFTER, date_before=BEFORE)
+    window = SearchFilters(
+        workspace="default", date_after=AFTER, date_before=BEFORE, include_superseded=True
+    )
     got = await found(index, vector, window)
     assert at_20 <= got and len(got) == 20  # [20, 40): start included, end excluded
     exact = SearchFilters(workspace="default", min_confidence=0.75, max_confidence=0.75)
@@ -165,26 +171,31 @@ async def test_boundaries_are_inclusive_and_exclusive(
 
 
 def test_where_shapes() -> None:
-    assert to_where(SearchFilters(workspace="default")) is None
-    assert to_where(SearchFilters(workspace="default", stakes=(), tags=())) is None
+    every = functools.partial(SearchFilters, workspace="default", include_superseded=True)
+    assert to_where(every()) is None
+    assert to_where(every(stakes=(), tags=())) is None
     assert (
         SearchFilters(workspace="default", status=()).is_empty()
         and not SearchFilters(workspace="default", pr=0).is_empty()
     )
-    assert to_where(SearchFilters(workspace="default", category="process")) == {
-        "category": {"$eq": "process"}
-    }
-    assert to_where(SearchFilters(workspace="default", stakes=("low", "high", "low"))) == {
-        "stakes": {"$in": ["low", "high"]}
-    }
-    assert to_where(SearchFilters(workspace="default", tags=("a", "b"))) == {
+    assert to_where(every(category="process")) == {"category": {"$eq": "process"}}
+    assert to_where(every(stakes=("low", "high", "low"))) == {"stakes": {"$in": ["low", "high"]}}
+    assert to_where(every(tags=("a", "b"))) == {
         "$and": [{"tags": {"$contains": "a"}}, {"tags": {"$contains": "b"}}]
     }
-    where = to_where(SearchFilters(workspace="default", min_confidence=0, has_outcome=False, pr=2))
+    where = to_where(every(min_confidence=0, has_outcome=False, pr=2))
     assert where == {
         "$and": [{"confidence": {"$gte": 0.0}}, {"pr": {"$eq": 2}}, {"has_outcome": {"$eq": False}}]
     }
     assert isinstance(where["$and"][0]["confidence"]["$gte"], float)
+    # superseded decisions are left out unless asked for: a default, not a filter
+    current = SearchFilters(workspace="default")
+    assert current.is_empty() and to_where(current) == {"superseded": {"$ne": True}}
+    assert to_where(SearchFilters(workspace="default", category="process")) == {
+        "$and": [{"category": {"$eq": "process"}}, {"superseded": {"$ne": True}}]
+    }
+    assert matches(current, {}) and not matches(current, {"superseded": True})
+    assert matches(every(), {"superseded": True})
 
 
 def test_tag_metadata() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import msgspec
 
 from app.calibration.schemas import AppliedFilters, GetCalibrationResult, Sums, figures
+from app.decisions.schemas import DecisionOut
 from app.guardrails.schemas import GuardrailHit, GuardrailOut, GuardrailStatus
 from app.intents.schemas import AnnounceIntentResult, SimilarDecision
 from app.search.schemas import FoundDecision
@@ -38,6 +39,14 @@ def test_a_list_item_leaves_out_what_it_does_not_have() -> None:
     assert keys(found) == [*ITEM, "score"]
     found = FoundDecision(**ITEM, outcome="success", distance=0.2, score=0.5, reasons=[])
     assert keys(found) == [*ITEM, "outcome", "distance", "score", "reasons"]
+    # only a superseded decision (listed when includeSuperseded asks for it) says by what
+    found = FoundDecision(**ITEM, superseded_by="1b2c3d4e", score=0.5)
+    assert keys(found) == [*ITEM, "supersededBy", "score"]
+
+
+def test_a_decision_shows_its_supersede_links_after_its_reviews() -> None:
+    fields = list(DecisionOut.__struct_encode_fields__)
+    assert fields[-3:] == ["reviews", "supersededBy", "supersedes"]
 
 
 def test_a_guardrail_without_a_suggestion_has_no_suggestion_key() -> None:

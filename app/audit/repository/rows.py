@@ -1,6 +1,7 @@
 """The reads of audited rows: the rows (and child rows) entries cover, for digests and
 verification, and the joins of the coverage checks (rows no entry covers, rows two cover,
-review columns against the latest review, rule sets against their evaluations)."""
+review columns against the latest review, ``superseded_by`` against the latest supersede
+link, rule sets against their evaluations)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from sqlalchemy.types import NullType
 
 from app.audit.canonical import Audited
 from app.db.base import table_of
-from app.db.decisions import Decision, DecisionReview
+from app.db.decisions import Decision, DecisionReview, DecisionSupersede
 from app.db.guardrails import GuardrailEvaluation, GuardrailRuleSet
 
 from .entries import CHAIN
@@ -148,6 +149,37 @@ def review_copies(conn: Connection, copy: Sequence[tuple[str, str]]) -> Any:
                 CHAIN, and_(CHAIN.c.table_name == "decisions", CHAIN.c.row_id == decisions.c.id)
             )
         )
+        .order_by(decisions.c.id)
+    )
+    return conn.execute(query).mappings()
+
+
+def supersede_copies(conn: Connection) -> Any:
+    """Per decision that has ``superseded_by`` set or a link naming it, by id: its ``id``,
+    the ``seq`` covering it, ``superseded_by`` as stored, and its latest link's ``link_id``
+    (the greatest id among the links naming it) and ``by`` (that link's decision)."""
+    decisions, links = table_of(Decision), table_of(DecisionSupersede)
+    latest = (
+        select(links.c.superseded_id, func.max(links.c.id).label("link_id"))
+        .group_by(links.c.superseded_id)
+        .subquery()
+    )
+    query = (
+        select(
+            decisions.c.id,
+            CHAIN.c.seq,
+            _as_stored(decisions.c.superseded_by).label("superseded_by"),
+            links.c.id.label("link_id"),
+            _as_stored(links.c.decision_id).label("by"),
+        )
+        .select_from(
+            decisions.outerjoin(latest, latest.c.superseded_id == decisions.c.id)
+            .outerjoin(links, links.c.id == latest.c.link_id)
+            .outerjoin(
+                CHAIN, and_(CHAIN.c.table_name == "decisions", CHAIN.c.row_id == decisions.c.id)
+            )
+        )
+        .where(decisions.c.superseded_by.is_not(None) | latest.c.link_id.is_not(None))
         .order_by(decisions.c.id)
     )
     return conn.execute(query).mappings()

@@ -34,8 +34,9 @@ def _unique(items: Sequence[str] | None) -> list[str]:
 
 
 def shape(f: SearchFilters) -> Shape:
-    """What the statement depends on: which filters are set (and how many tags, and whether
-    an outcome is wanted: "with", "without" or None); the values are bound at execution."""
+    """What the statement depends on: which filters are set (and how many tags, whether an
+    outcome is wanted: "with", "without" or None, and whether superseded decisions are left
+    out); the values are bound at execution."""
     return (
         f.category is not None,
         bool(f.stakes),
@@ -50,12 +51,8 @@ def shape(f: SearchFilters) -> Shape:
         f.feature is not None,
         f.pr is not None,
         None if f.has_outcome is None else ("with" if f.has_outcome else "without"),
+        not f.include_superseded,  # superseded decisions left out
     )
-
-
-def is_empty(s: Shape) -> bool:
-    """Whether a shape filters nothing but the workspace (which every statement keeps to)."""
-    return all(part in (False, 0, None) for part in s)
 
 
 def values(f: SearchFilters) -> dict[str, Any]:
@@ -104,6 +101,7 @@ def conditions(shape: Shape, *, by_id: bool = False) -> list[ColumnElement[bool]
         feature,
         pr,
         has_outcome,
+        current,
     ) = shape
     d = Decision
 
@@ -143,6 +141,8 @@ def conditions(shape: Shape, *, by_id: bool = False) -> list[ColumnElement[bool]
     if has_outcome is not None:
         outcome = c(d.outcome)
         out.append(outcome.is_not(None) if has_outcome == "with" else outcome.is_(None))
+    if current:
+        out.append(c(d.superseded_by).is_(None))
     return out
 
 

@@ -7,8 +7,9 @@ from datetime import datetime
 
 from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
-from app.db.decisions import Decision
+from app.db.decisions import Decision, DecisionSupersede
 
 
 async def count_decisions(session: AsyncSession) -> int:
@@ -26,11 +27,22 @@ def of_workspace(workspace: str) -> ColumnElement[bool]:
 
 
 def touched_since(workspace: str, started: datetime) -> ColumnElement[bool]:
-    """The decisions of ``workspace`` recorded or reviewed since ``started`` (for
-    ``ids_after``)."""
+    """The decisions of ``workspace`` recorded, reviewed or superseded since ``started`` (for
+    ``ids_after``). Superseded: a link made by a decision recorded since (a link has no time
+    of its own; it is written with the decision that makes it)."""
+    newer = aliased(Decision)
+    superseded = (
+        select(DecisionSupersede.superseded_id)
+        .join(newer, newer.id == DecisionSupersede.decision_id)
+        .where(newer.created_at >= started)
+    )
     return and_(
         of_workspace(workspace),
-        or_(Decision.created_at >= started, Decision.reviewed_at >= started),
+        or_(
+            Decision.created_at >= started,
+            Decision.reviewed_at >= started,
+            Decision.id.in_(superseded),
+        ),
     )
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from app.audit import canonical
 from app.audit.chain import GENESIS, entry_hash, link
 from app.audit.checkpoints import Checkpoint, checkpoint_mac, read_checkpoint
-from app.db.decisions import Decision, DecisionReason, DecisionTag
+from app.db.decisions import Decision, DecisionReason, DecisionSupersede, DecisionTag
 
 REVIEW: dict[str, Any] = {
     "id": 7,
@@ -144,6 +144,52 @@ def test_an_orm_decision_digests_like_its_rows() -> None:
     }
     assert canonical.covered_object(decision) == canonical.covered("decisions", values, rows)
     assert "outcome" not in canonical.document(canonical.DECISIONS, values, rows)
+
+
+def test_supersede_links_are_a_member_only_when_a_decision_has_some() -> None:
+    """Format 6 added the child table ``decision_supersedes``: a decision without links (every
+    one stored before) keeps its form and digest; one with links has them, by position."""
+    created = datetime(2026, 12, 5, 8, 0, tzinfo=UTC)
+    values = dict.fromkeys(canonical.DECISIONS.columns) | {
+        "id": "2b3c4d5e",
+        "summary": "Use a queue",
+        "decision": "Use a queue",
+        "category": "architecture",
+        "confidence": 0.5,
+        "stakes": "medium",
+        "created_at": created,
+        "recorded_by": "alice",
+    }
+    plain = canonical.document(canonical.DECISIONS, values)
+    assert "decision_supersedes" not in plain
+    assert plain == canonical.document(canonical.DECISIONS, values, {"decision_supersedes": []})
+    # the digest of a decision without links, as format 5 computed it (main at 5829ab0)
+    assert canonical.digest_of(plain) == (
+        "f0e7ec3686505a8f45ade68efc2711b5f3348e8cecf22f6ce1779a2edf3c3f68"
+    )
+    links = [
+        {"decision_id": "2b3c4d5e", "superseded_id": "ffff0000", "position": 1},
+        {"decision_id": "2b3c4d5e", "superseded_id": "aaaa0000", "position": 0},
+    ]
+    linked = canonical.document(canonical.DECISIONS, values, {"decision_supersedes": links})
+    assert json.loads(canonical.encode(linked))["decision_supersedes"] == [
+        {"position": 0, "superseded_id": "aaaa0000"},
+        {"position": 1, "superseded_id": "ffff0000"},
+    ]
+    decision = Decision(
+        **{k: v for k, v in values.items() if v is not None},
+        reasons=[],
+        tags=[],
+        supersedes=[
+            DecisionSupersede(superseded_id="aaaa0000", position=0),
+            DecisionSupersede(superseded_id="ffff0000", position=1),
+        ],
+    )
+    assert canonical.covered_object(decision) == canonical.covered(
+        "decisions", values, {"decision_supersedes": links}
+    )
+    unset = Decision(**{k: v for k, v in values.items() if v is not None}, reasons=[], tags=[])
+    assert canonical.covered_object(unset).digest == canonical.digest_of(plain)
 
 
 def test_entries_link_and_a_key_changes_every_hash() -> None:

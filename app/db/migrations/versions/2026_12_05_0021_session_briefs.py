@@ -6,7 +6,7 @@ The downgrade refuses to run while a brief is stored: briefs are audit rows, cov
 chain.
 
 Revision ID: 0021
-Revises: 0018
+Revises: 0020
 Create Date: 2026-12-05
 """
 
@@ -19,7 +19,7 @@ from app.db import triggers
 from app.db.base import UtcDateTime
 
 revision: str = "0021"
-down_revision: str | None = "0018"
+down_revision: str | None = "0020"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
