@@ -3,6 +3,7 @@
 from .approvals import Approval, ApprovalDecision
 from .audit import AuditEntry
 from .base import Base
+from .ci import CiDelivery, CiSecret
 from .decisions import Decision, DecisionReason, DecisionReview, DecisionTag, WorkspaceDecisions
 from .guardrails import GuardrailEvaluation, GuardrailRuleResult, GuardrailRuleSet
 from .intents import Intent, IntentMatch
@@ -17,6 +18,8 @@ __all__ = [
     "ApprovalDecision",
     "AuditEntry",
     "Base",
+    "CiDelivery",
+    "CiSecret",
     "Decision",
     "DecisionReason",
     "DecisionReview",
