@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import subprocess
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -358,3 +361,65 @@ async def test_one_delivery_sent_to_two_servers_at_once_reviews_once(
     assert len(stored["ci_deliveries"]) == 1
     verified = await cstp(settings, "audit", "verify")
     assert verified.exit_code == 0, verified.output
+
+
+# ---- the documented sending script --------------------------------------------------------------
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "OPERATIONS.md"
+FAKE_CURL = """#!/bin/sh
+# Records the request it was asked to send (arguments NUL-separated), sends nothing.
+for arg in "$@"; do printf '%s\\0' "$arg"; done > "$CURL_ARGS"
+echo '{"reviewed":[]}'
+"""
+
+
+def documented_script() -> str:
+    """The bash block of docs/OPERATIONS.md that follows its ci-report.sh marker."""
+    after = DOCS.read_text().split("<!-- ci-report.sh:", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", after, re.S)
+    assert block is not None
+    return block.group(1)
+
+
+async def test_the_documented_script_signs_a_report_the_server_takes(
+    client: AppClient, rpc: Rpc, settings: Settings, tmp_path: Path
+) -> None:
+    """The script of docs/OPERATIONS.md, run by bash with openssl, with a ``curl`` that only
+    records the request; that request, sent to the app, is taken."""
+    secret = await ci_secret(settings, "default")
+    target = await record(rpc, "Bundle the fonts", 77)
+    script = tmp_path / "cstp-report.sh"
+    script.write_text(documented_script())
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "curl").write_text(FAKE_CURL)
+    (bin_dir / "curl").chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "CSTP_URL": "http://cstp.invalid",
+        "CSTP_WORKSPACE": "default",
+        "CSTP_CI_SECRET": secret,
+        "CURL_ARGS": str(tmp_path / "curl-args"),
+    }
+    run = await asyncio.to_thread(
+        subprocess.run,
+        ["bash", str(script), "77", "failure", "https://ci.example/r/5", "0a1b2c3d"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    args = (tmp_path / "curl-args").read_bytes().decode().split("\0")[:-1]
+    headers = dict(args[i + 1].split(": ", 1) for i, arg in enumerate(args) if arg == "-H")
+    body = args[args.index("--data-binary") + 1]
+    assert args[-1] == "http://cstp.invalid/hooks/ci/default"
+    answer = await client.post("/hooks/ci/default", content=body.encode(), headers=headers)
+    assert answer.json() == {"reviewed": [target]}
+    review = (await decision(rpc, target))["reviews"][0]
+    assert review["actualResult"] == (
+        "CI reported failure for pull request 77 at commit 0a1b2c3d: https://ci.example/r/5"
+    )
+    again = await client.post("/hooks/ci/default", content=body.encode(), headers=headers)
+    assert again.status_code == 401
