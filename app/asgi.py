@@ -24,6 +24,7 @@ from .runtime import Runtime
 from .scopes import agent_principal
 from .search.embedder import Embedder
 from .services import build_services
+from .system.ci_hook import build_ci_route
 from .system.routes import agent_card, health, ready
 from .table import build_registry as build_operations
 
@@ -108,6 +109,7 @@ def create_app(
     app = Litestar(
         route_handlers=[
             build_rpc_route(settings.max_body_bytes),
+            build_ci_route(settings.max_body_bytes),
             mcp_endpoint,
             health,
             ready,

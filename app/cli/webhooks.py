@@ -26,9 +26,16 @@ T = TypeVar("T")
 def _with_admin(work: Callable[[Any], Awaitable[T]]) -> T:
     """Run ``work(admin)`` (app.webhooks.admin.Admin) on the configured database, at the
     newest revision (a new database is created, as by ``cstp serve``)."""
+    from ..webhooks.admin import Admin
+
+    return _with_database(lambda db, settings: work(Admin(db, settings)))
+
+
+def _with_database(work: Callable[[Any, Any], Awaitable[T]]) -> T:
+    """Run ``work(db, settings)`` on the configured database (app.db.engine.Database), at the
+    newest revision; a webhook key that cannot be had is a one-line failure."""
     from ..db import models as _all_models  # noqa: F401 - every table known before any flush
     from ..db.engine import Database
-    from ..webhooks.admin import Admin
     from ..webhooks.secrets import KeyUnavailable
 
     settings = load_settings()
@@ -37,7 +44,7 @@ def _with_admin(work: Callable[[Any], Awaitable[T]]) -> T:
         await ensure_schema(settings.database_url)
         db = Database(settings.database_url)
         try:
-            return await work(Admin(db, settings))
+            return await work(db, settings)
         except KeyUnavailable as exc:
             raise Failure(str(exc)) from None
         finally:
@@ -59,7 +66,7 @@ def _checked(check: Callable[[str], T], value: str) -> T:
 def webhooks() -> None:
     """Webhook subscriptions: add (the signing secret shown once), list, remove. Events are
     signed as the Standard Webhooks specification says and delivered from the outbox
-    (`cstp outbox` shows what waits)."""
+    (`cstp outbox` shows what waits). ci-secret: the secret CI signs its reports with."""
 
 
 @webhooks.command("add")
@@ -172,3 +179,29 @@ def webhooks_remove(subscription_id: str) -> None:
         echo(f"removed {row.id} (workspace {row.workspace}, {row.url})")
     else:
         echo(f"{row.id} was already removed: nothing changed")
+
+
+@webhooks.command("ci-secret")
+@click.option("--workspace", required=True, help="The workspace CI reports outcomes to.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON, for scripts.")
+def webhooks_ci_secret(workspace: str, as_json: bool) -> None:
+    """Make the workspace's CI secret and print it, once: CI signs its reports to
+    POST /hooks/ci/<workspace> with it. Running it again rotates the secret: the one before
+    stops working at once."""
+    from ..ci.admin import set_secret
+    from ..runtime import utc_now
+    from ..webhooks.admin import checked_workspace
+
+    workspace = _checked(checked_workspace, workspace)
+    by = operator()
+    secret = _with_database(lambda db, settings: set_secret(db, settings, workspace, by, utc_now()))
+    if as_json:
+        print_json({"secret": secret})
+        return
+    click.echo(f"secret: {secret}")
+    click.echo(
+        f"This CI secret of workspace {workspace} is shown once: store it in your CI as a "
+        "masked secret now (it signs the reports to /hooks/ci/"
+        f"{workspace}). Running this again replaces it; the old one stops working at once.",
+        err=True,
+    )

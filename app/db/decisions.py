@@ -23,7 +23,11 @@ from .base import Base, UtcDateTime, workspace_column
 
 class Decision(Base):
     __tablename__ = "decisions"
-    __table_args__ = (Index("ix_decisions_workspace_created_at", "workspace", "created_at"),)
+    __table_args__ = (
+        Index("ix_decisions_workspace_created_at", "workspace", "created_at"),
+        # A CI report's decisions: those of its workspace with its pull request (revision 0020).
+        Index("ix_decisions_workspace_pr", "workspace", "pr"),
+    )
 
     id: Mapped[str] = mapped_column(String(8), primary_key=True)
     workspace: Mapped[str] = workspace_column()

@@ -4,6 +4,7 @@ from .approvals import Approval, ApprovalDecision
 from .audit import AuditEntry
 from .base import Base
 from .briefs import SessionBrief
+from .ci import CiDelivery, CiSecret
 from .decisions import (
     Decision,
     DecisionReason,
@@ -25,6 +26,8 @@ __all__ = [
     "ApprovalDecision",
     "AuditEntry",
     "Base",
+    "CiDelivery",
+    "CiSecret",
     "Decision",
     "DecisionReason",
     "DecisionReview",

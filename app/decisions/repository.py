@@ -58,6 +58,23 @@ async def lock_one(session: AsyncSession, workspace: str, decision_id: str) -> D
     return row
 
 
+async def lock_unreviewed_of_pr(session: AsyncSession, workspace: str, pr: int) -> list[Decision]:
+    """The decisions of ``workspace`` with pull request ``pr`` and no outcome yet, with their
+    tags and reasons, in id order, each locked until the transaction ends like ``lock_one``'s
+    (in id order, so two such transactions never wait for each other round a cycle). On
+    Postgres a row another transaction reviewed while this one waited for its lock is read
+    again as committed and left out, since it has an outcome now. A CI report's reviews."""
+    rows = await session.scalars(
+        select(Decision)
+        .where(Decision.workspace == workspace, Decision.pr == pr, Decision.outcome.is_(None))
+        .order_by(Decision.id)
+        .with_for_update(of=Decision)
+        .options(selectinload(Decision.tags), selectinload(Decision.reasons))
+        .execution_options(populate_existing=True)
+    )
+    return list(rows)
+
+
 async def load_with_reviews(
     session: AsyncSession, workspace: str, decision_id: str
 ) -> tuple[Decision, list[DecisionReview]]:
@@ -383,6 +400,19 @@ REVIEW_STATE = (
 _REVIEW_STATES = select(Decision.id, *REVIEW_STATE).where(
     Decision.id.in_(bindparam("ids", expanding=True))
 )
+
+
+async def last_review_times(
+    session: AsyncSession, decision_ids: Sequence[str]
+) -> dict[str, datetime]:
+    """The latest ``reviewed_at`` among each decision's reviews; decisions without a review
+    are not in it."""
+    rows = await session.execute(
+        select(DecisionReview.decision_id, func.max(DecisionReview.reviewed_at))
+        .where(DecisionReview.decision_id.in_(list(decision_ids)))
+        .group_by(DecisionReview.decision_id)
+    )
+    return {row[0]: row[1] for row in rows.all() if row[1] is not None}
 
 
 async def last_review_time(session: AsyncSession, decision_id: str) -> datetime | None:
