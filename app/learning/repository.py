@@ -29,6 +29,7 @@ def _due(workspace: str, agent: str, now: datetime) -> list[ColumnElement[bool]]
         Decision.recorded_by == agent,
         Decision.outcome.is_(None),
         Decision.review_by <= now,
+        Decision.superseded_by.is_(None),  # replaced: its successor is the one to review
     ]
 
 
@@ -40,6 +41,7 @@ def _stale(workspace: str, agent: str, before: datetime) -> list[ColumnElement[b
         Decision.review_by.is_(None),
         Decision.created_at < before,
         Decision.quality_flags.is_(None),  # a status update is not waiting for an outcome
+        Decision.superseded_by.is_(None),
     ]
 
 

@@ -54,6 +54,7 @@ AUDIT_TABLES = (
     "intent_matches",
     "intents",
     "outbox_events",
+    "session_briefs",  # revision 0021
 )
 # What each workspace holds: every count differs, so a count tells whose rows were read.
 HELD = {
