@@ -26,6 +26,9 @@ from .schemas import round3
 
 BRIER_WORSE = 0.20  # relative
 ACCURACY_DROP = 0.15  # absolute: 15 points
+# "More than": a difference equal to a threshold is not drift, though floating point may
+# make 0.9 - 0.75 a hair over 0.15.
+EPSILON = 1e-9
 Days = Annotated[int, Meta(ge=1, le=3650)]
 
 
@@ -87,7 +90,7 @@ def judge(recent: Window, baseline: Window, p: CheckDriftParams) -> list[str]:
     reasons = []
     rb, bb = recent.brier, baseline.brier
     assert rb is not None and bb is not None
-    if rb > bb * (1 + BRIER_WORSE) and rb > bb:
+    if rb > bb * (1 + BRIER_WORSE) + EPSILON:
         worse = "" if bb == 0 else f" ({(rb - bb) / bb * 100:+.0f}%)"
         reasons.append(
             f"Brier score {rb:.3f} in the last {p.recent_days} days against {bb:.3f} in the "
@@ -95,7 +98,7 @@ def judge(recent: Window, baseline: Window, p: CheckDriftParams) -> list[str]:
         )
     ra, ba = recent.accuracy, baseline.accuracy
     assert ra is not None and ba is not None
-    if ba - ra > ACCURACY_DROP:
+    if ba - ra > ACCURACY_DROP + EPSILON:
         reasons.append(
             f"accuracy {ra:.3f} in the last {p.recent_days} days against {ba:.3f} in the "
             f"{p.baseline_days} days before ({(ra - ba) * 100:+.0f} points): more than 15 "

@@ -75,8 +75,9 @@ def _conditions(workspace: str, f: Filters) -> list[ColumnElement[bool]]:
         conditions.append(Decision.created_at < f.until)
     if f.source is not None:
         conditions.append(Decision.review_source.in_(f.source))
-    # a status update flagged at recording time counts only once somebody reviewed it anyway
-    conditions.append(or_(Decision.quality_flags.is_(None), Decision.outcome.is_not(None)))
+    # a status update flagged at recording time counts only once an agent reviewed it anyway
+    # (not CI's sweep of a pull request's decisions, nor a person's)
+    conditions.append(or_(Decision.quality_flags.is_(None), Decision.review_source == "agent"))
     return conditions
 
 

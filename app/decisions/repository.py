@@ -316,7 +316,7 @@ def add_review(
 # recordDecision calls superseding one decision are written one after the other, in any number
 # of server processes. ``cstp audit verify`` holds the copy to the links (app.audit.coverage).
 
-_EXISTING = select(Decision.id).where(
+_EXISTING = select(Decision.id, Decision.recorded_by).where(
     Decision.id.in_(bindparam("ids", expanding=True)), Decision.workspace == bindparam("workspace")
 )
 _DECISIONS = table_of(Decision)
@@ -327,11 +327,12 @@ _MARK_SUPERSEDED = (
 )
 
 
-def existing(conn: Connection, workspace: str, ids: Sequence[str]) -> set[str]:
-    """Which of ``ids`` are decisions of ``workspace``."""
+def existing(conn: Connection, workspace: str, ids: Sequence[str]) -> dict[str, str]:
+    """Which of ``ids`` are decisions of ``workspace``, each with the agent that recorded it."""
     if not ids:
-        return set()
-    return set(conn.execute(_EXISTING, {"ids": list(ids), "workspace": workspace}).scalars())
+        return {}
+    rows = conn.execute(_EXISTING, {"ids": list(ids), "workspace": workspace})
+    return {str(r.id): str(r.recorded_by) for r in rows}
 
 
 async def lock_superseded(session: AsyncSession, ids: Sequence[str]) -> None:

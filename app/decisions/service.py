@@ -12,13 +12,20 @@ from datetime import timedelta
 from typing import Any
 
 from app.db.decisions import Decision, DecisionReason, DecisionTag
-from app.errors import GUARDRAIL_EVAL_FAILED, CstpError, decision_not_found, invalid_params
+from app.errors import (
+    GUARDRAIL_EVAL_FAILED,
+    CstpError,
+    decision_not_found,
+    forbidden,
+    invalid_params,
+)
 from app.guardrails.service import Request, Staged, evaluate_request
 from app.intents.repository import stored as stored_intent
 from app.operations.context import CallContext
 from app.operations.params import known_category
 from app.records.entries import index_text
 from app.runtime import iso
+from app.scopes import REVIEW_ANY
 
 from . import document, quality, repository
 from .schemas import (
@@ -83,6 +90,12 @@ async def _superseded(ctx: CallContext, p: RecordDecisionParams) -> tuple[str, .
     for decision_id in ids:
         if decision_id not in known:
             raise decision_not_found(decision_id)
+    # Superseding takes a decision out of every search and list: another agent's, as
+    # reviewing it, needs review:any.
+    if any(known[d] != ctx.agent for d in ids) and not ctx.principal.may(REVIEW_ANY):
+        raise forbidden(
+            REVIEW_ANY, "superseding a decision another agent recorded needs this scope"
+        )
     return ids
 
 

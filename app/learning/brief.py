@@ -113,22 +113,25 @@ def encoded(brief: dict[str, Any]) -> str:
 def fit(
     brief: dict[str, Any], render: Callable[[dict[str, Any]], str], limit: int
 ) -> tuple[str, int]:
-    """The rendered brief and its token count, items dropped (DROP_ORDER) until it fits."""
+    """The rendered brief and its token count, never over ``limit``: items are dropped
+    (DROP_ORDER) until it fits; with none left, the task is halved, then (a pathological
+    agent name of many tokens) the agent's name, until it does. An empty brief is far under
+    the smallest budget (200), so the loop ends."""
     count = token_counter()
     text = render(brief)
     tokens = count(text)
     while tokens > limit:
         section = next((s for s in DROP_ORDER if brief[s]), None)
-        if section is None:  # nothing left to drop: the header alone is over (a long task)
-            task = brief.get("task")
-            if not task or len(task) <= 40:
-                break
-            brief["task"] = task[:39] + "…"
-            text = render(brief)
-            tokens = count(text)
-            continue
-        brief[section].pop()
-        brief["leftOut"] = brief.get("leftOut", 0) + 1
+        if section is not None:
+            brief[section].pop()
+            brief["leftOut"] = brief.get("leftOut", 0) + 1
+        elif brief.get("task"):
+            task = brief["task"]
+            brief["task"] = task[: len(task) // 2] + "…" if len(task) > 2 else None
+        elif brief["agent"]:
+            brief["agent"] = brief["agent"][: len(brief["agent"]) // 2]
+        else:  # unreachable: nothing is left to render
+            raise AssertionError("an empty session brief over its budget")
         text = render(brief)
         tokens = count(text)
     return text, tokens
@@ -189,7 +192,7 @@ async def session_context(ctx: CallContext, p: SessionContextParams) -> SessionC
     )
     brief: dict[str, Any] = {
         "agent": agent,
-        "task": p.task,
+        "task": _cut(p.task),  # the whole task is stored with the brief
         "calibration": calibration,
         "ready": [
             {

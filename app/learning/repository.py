@@ -87,6 +87,7 @@ def recent_failures(conn: Connection, *, workspace: str, agent: str, limit: int)
                 Decision.workspace == workspace,
                 Decision.recorded_by == agent,
                 Decision.outcome == "failure",
+                Decision.superseded_by.is_(None),
             )
             .order_by(Decision.reviewed_at.desc(), Decision.id)
             .limit(limit)
@@ -106,7 +107,11 @@ def recent_reviewed(conn: Connection, *, workspace: str, limit: int) -> list[Any
                 Decision.lessons,
                 Decision.confidence,
             )
-            .where(Decision.workspace == workspace, Decision.outcome.is_not(None))
+            .where(
+                Decision.workspace == workspace,
+                Decision.outcome.is_not(None),
+                Decision.superseded_by.is_(None),
+            )
             .order_by(Decision.reviewed_at.desc(), Decision.id)
             .limit(limit)
         ).all()

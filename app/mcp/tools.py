@@ -148,7 +148,8 @@ def build_server(
             result = await call(brief, args, ctx)
         except CstpError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=error_line(exc)) from None
-        text = getattr(result, "context", "")
+        # a result struct in the server; the forwarded JSON result behind ``cstp mcp``
+        text = result["context"] if isinstance(result, dict) else getattr(result, "context", "")
         return types.GetPromptResult(
             description=SESSION_BRIEF.description,
             messages=[types.PromptMessage(role="user", content=types.TextContent(text=str(text)))],

@@ -3,8 +3,10 @@
 No bearer token: the report is signed with the workspace's CI secret (Standard Webhooks).
 The body is capped like /cstp's; it is read whole before anything else, since the signature
 covers it. Every refusal (bad signature or timestamp, replay, no such workspace, no CI
-secret) is the same 401, so that a caller learns nothing of which workspaces exist or have
-a secret; the server's log says which it was.
+secret) is the same 401 body, so that an answer does not say which workspaces exist or have
+a secret (a workspace without one still has the signature checked, against a decoy secret,
+so the two take about the same time; the key file is read only for a workspace with one); the
+server's log says which it was.
 """
 
 from __future__ import annotations

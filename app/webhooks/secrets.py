@@ -49,14 +49,16 @@ def key_id(key: bytes) -> str:
     return hashlib.sha256(b"cstp webhook key\x00" + key).hexdigest()[:16]
 
 
-def load_key(settings: Settings) -> bytes:
+def load_key(settings: Settings, *, create: bool = True) -> bytes:
     """The sealing key: CSTP_WEBHOOK_KEY, else the key file in the data directory, made now
-    (mode 0600) when there is none. Raises KeyUnavailable."""
+    (mode 0600) when there is none and ``create``. Raises KeyUnavailable."""
     if settings.webhook_key is not None:
         return settings.webhook_key
     path = settings.data_dir / KEY_FILE
     if path.exists():
         return _read_key(path)
+    if not create:
+        raise KeyUnavailable(f"no webhook key: CSTP_WEBHOOK_KEY is unset and {path} is missing")
     key = os.urandom(WEBHOOK_KEY_BYTES)
     # Written whole under a name of its own, then linked into place: the link fails when
     # another process made the file first (its key is then the one used), and no process

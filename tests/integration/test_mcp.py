@@ -246,6 +246,12 @@ async def test_mcp_over_stdio_forwards_to_the_running_server(
     async with stdio_session(server, "token-alice", transcript) as session:
         # stdio lists every tool; the server it forwards to checks each call's scope
         await the_same_calls(session, server, database_url, "mcp-stdio-1", TOOLS)
+        # the session brief prompt, forwarded: the brief the server stored is what came back
+        prompt = await session.get_prompt("session_brief", {"task": "Pick a queue"})
+        text = prompt.messages[0].content.text  # type: ignore[union-attr]  # a text block
+        assert text.startswith("# Session brief for alice\nTask: Pick a queue")
+        stored = await run_sql(database_url, "SELECT content FROM session_briefs")
+        assert [r["content"] for r in stored] == [text]
     # Nothing but protocol on stdout: every line a JSON-RPC message (the SDK's client would
     # skip a stray line and go on, so it is checked here).
     lines = transcript.read_text().splitlines()

@@ -13,6 +13,7 @@ from click.testing import CliRunner, Result
 
 from app.cli import main
 from app.db import migrate
+from app.scopes import Principal
 from app.search.reindex import reindex
 from app.search.repository import reindex as reindex_rows
 from support.app import Rpc, add_token
@@ -148,6 +149,16 @@ async def test_supersedes_names_decisions_of_the_callers_workspace_only(
         assert error["code"] == -32602 and "supersedes" in str(error.get("data")), error
     assert (await rpc.ok("cstp.listDecisions", {}))["total"] == 1  # nothing else recorded
     assert (await decision(rpc, mine))["supersededBy"] is None
+
+    # another agent's decision: superseding it, like reviewing it, needs review:any
+    params = {"decision": "Use a stream instead", "confidence": 0.6, "category": "process"}
+    refused = await rpc.error("cstp.recordDecision", {**params, "supersedes": [mine]}, "token-bob")
+    assert refused["code"] == -32010 and refused["data"] == {"scope": "review:any"}
+    assert (await decision(rpc, mine))["supersededBy"] is None
+    lead = Principal("lead", scopes=frozenset({"read", "record", "review:any"}))
+    client.app.state.tokens.add("token-lead", lead)
+    replaced = await rpc.ok("cstp.recordDecision", {**params, "supersedes": [mine]}, "token-lead")
+    assert (await decision(rpc, mine))["supersededBy"] == replaced["id"]
 
 
 async def test_the_newest_supersedes_and_verify_holds_the_copy_to_the_links(
