@@ -137,6 +137,19 @@ def fit(
     return text, tokens
 
 
+def _relevant(d: Any) -> dict[str, Any]:
+    """A relevant decision as the brief shows it, from a search's ``Brief`` or a row of
+    ``repository.recent_reviewed`` (the same attributes)."""
+    return {
+        "id": d.id,
+        "title": d.summary,
+        "category": d.category,
+        "confidence": d.confidence,
+        "outcome": d.outcome,
+        "lessons": _cut(d.lessons or d.review_notes),
+    }
+
+
 async def session_context(ctx: CallContext, p: SessionContextParams) -> SessionContextResult:
     agent, workspace = ctx.agent, ctx.workspace
     session = ctx.session
@@ -156,34 +169,14 @@ async def session_context(ctx: CallContext, p: SessionContextParams) -> SessionC
             )
     if p.task:
         found = await similar(ctx, p.task, SearchFilters(workspace=workspace), RELEVANT)
-        relevant = [
-            {
-                "id": f.decision.id,
-                "title": f.decision.summary,
-                "category": f.decision.category,
-                "confidence": f.decision.confidence,
-                "outcome": f.decision.outcome,
-                "lessons": _cut(f.decision.lessons or f.decision.review_notes),
-            }
-            for f in found.found
-        ]
+        shown: list[Any] = [f.decision for f in found.found]
     else:
-        latest = await session.run_sync(
+        shown = await session.run_sync(
             lambda s: repository.recent_reviewed(
                 s.connection(), workspace=workspace, limit=RELEVANT
             )
         )
-        relevant = [
-            {
-                "id": d.id,
-                "title": d.summary,
-                "category": d.category,
-                "confidence": d.confidence,
-                "outcome": d.outcome,
-                "lessons": _cut(d.lessons),
-            }
-            for d in latest
-        ]
+    relevant = [_relevant(d) for d in shown]
     work = await ready(ctx, ReadyParams(limit=READY))
     failed = await session.run_sync(
         lambda s: repository.recent_failures(

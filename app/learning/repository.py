@@ -105,6 +105,7 @@ def recent_reviewed(conn: Connection, *, workspace: str, limit: int) -> list[Any
                 Decision.category,
                 Decision.outcome,
                 Decision.lessons,
+                Decision.review_notes,
                 Decision.confidence,
             )
             .where(
