@@ -42,7 +42,7 @@ from standardwebhooks.webhooks import WebhookVerificationError
 from app.db.ci import CiDelivery
 from app.db.outbox import OutboxEvent
 from app.decisions import repository as decisions
-from app.decisions.reviews import AFTER
+from app.decisions.reviews import review_time
 from app.runtime import utc_now
 from app.scopes import workspace_problem
 from app.webhooks.secrets import KeyUnavailable, SecretUnavailable, load_key, unseal
@@ -168,10 +168,7 @@ async def _receive(
         last = await decisions.last_review_times(session, [d.id for d in found]) if found else {}
         result = actual_result(report)
         for decision in found:
-            at = now
-            before = last.get(decision.id)
-            if before is not None and at <= before:
-                at = before + AFTER
+            at = review_time(now, last.get(decision.id))
             decisions.add_review(
                 session,
                 decision,

@@ -19,7 +19,7 @@ functions as at record time, so no field is dropped and the outcome becomes filt
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from app.db.outbox import EventKind
 from app.errors import forbidden
@@ -33,14 +33,18 @@ from .schemas import ReviewDecisionParams, ReviewDecisionResult
 AFTER = timedelta(microseconds=1)  # the step both databases store a time to
 
 
+def review_time(now: datetime, last: datetime | None) -> datetime:
+    """A new review's time: the clock's, kept later than the decision's ``last`` review (a
+    clock set back, or another process's behind), so reviews' times follow their order."""
+    return last + AFTER if last is not None and now <= last else now
+
+
 async def review(ctx: CallContext, p: ReviewDecisionParams) -> ReviewDecisionResult:
     decision = await repository.lock_one(ctx.session, ctx.workspace, p.id)
     if decision.recorded_by != ctx.agent and not ctx.principal.may(REVIEW_ANY):
         raise forbidden(REVIEW_ANY, "reviewing a decision another agent recorded needs this scope")
     now = ctx.services.runtime.now()  # after the lock: the reviews' times follow their order
-    last = await repository.last_review_time(ctx.session, decision.id)
-    if last is not None and now <= last:
-        now = last + AFTER
+    now = review_time(now, await repository.last_review_time(ctx.session, decision.id))
     repository.add_review(
         ctx.session,
         decision,
