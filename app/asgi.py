@@ -14,6 +14,8 @@ from .access.lookup import TokenLookup
 from .approvals import expiry as approval_expiry
 from .auth import LOCAL_AGENT, TokenTable, ensure_local_token, load_tokens
 from .config import ConfigError, Settings
+from .console.routes import build_console
+from .console.routes import template_config as console_template_config
 from .mcp.http import build_mcp_mount
 from .operations.registry import Registry
 from .operations.runner import Runner
@@ -85,6 +87,7 @@ def create_app(
     runner = Runner(services)  # both faces run their calls through it
     dispatcher = Dispatcher(registry, services, runner)
     mcp_endpoint, mcp_lifespan = build_mcp_mount(settings, registry, runner, tokens)
+    console, console_pages, console_static = build_console(registry, runner, tokens, services)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -111,6 +114,8 @@ def create_app(
             build_rpc_route(settings.max_body_bytes),
             build_ci_route(settings.max_body_bytes),
             mcp_endpoint,
+            console_pages,
+            console_static,
             health,
             ready,
             agent_card,
@@ -121,11 +126,13 @@ def create_app(
         # No OpenAPI pages (/schema): they would be served without a token and load their
         # scripts from a CDN; the server describes itself with OpenRPC (rpc.discover).
         openapi_config=None,
+        template_config=console_template_config(),
     )
     app.state.services = services
     app.state.registry = registry
     app.state.dispatcher = dispatcher
     app.state.tokens = tokens
+    app.state.console = console
     return app
 
 

@@ -43,7 +43,7 @@ class TokenTable:
 
     def add(self, token: str, principal: Principal) -> None:
         """Let ``token`` in as ``principal``; only its SHA-256 is kept."""
-        self._entries.append((hashlib.sha256(token.encode()).digest(), principal))
+        self._entries.append((token_digest(token), principal))
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -58,7 +58,11 @@ class TokenTable:
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
             return None
-        presented = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
+        return await self.principal_of(token_digest(token))
+
+    async def principal_of(self, presented: bytes) -> Principal | None:
+        """Who the token whose SHA-256 is ``presented`` lets in (a console session keeps the
+        digest, never the token); None and TokenStoreUnavailable as ``principal_for``."""
         found: Principal | None = None
         for digest, principal in self._entries:
             if hmac.compare_digest(digest, presented):
@@ -66,6 +70,11 @@ class TokenTable:
         if found is not None or self._database is None:
             return found
         return await self._database.principal(presented)
+
+
+def token_digest(token: str) -> bytes:
+    """The SHA-256 a token is known by (never the token itself)."""
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
 
 
 def load_tokens(settings: Settings) -> dict[str, str]:

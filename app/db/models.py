@@ -5,6 +5,7 @@ from .audit import AuditEntry
 from .base import Base
 from .briefs import SessionBrief
 from .ci import CiDelivery, CiSecret
+from .console import ConsoleSession
 from .decisions import (
     Decision,
     DecisionReason,
@@ -28,6 +29,7 @@ __all__ = [
     "Base",
     "CiDelivery",
     "CiSecret",
+    "ConsoleSession",
     "Decision",
     "DecisionReason",
     "DecisionReview",

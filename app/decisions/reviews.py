@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 
 from app.db.outbox import EventKind
 from app.errors import forbidden
-from app.operations.context import CallContext
+from app.operations.context import CONSOLE, CallContext
 from app.runtime import iso
 from app.scopes import REVIEW_ANY
 
@@ -37,6 +37,12 @@ def review_time(now: datetime, last: datetime | None) -> datetime:
     """A new review's time: the clock's, kept later than the decision's ``last`` review (a
     clock set back, or another process's behind), so reviews' times follow their order."""
     return last + AFTER if last is not None and now <= last else now
+
+
+def source_of(ctx: CallContext) -> str:
+    """Where the outcome comes from: a person's, given in the console (``human``), or the
+    calling agent's own claim (``agent``) over JSON-RPC or MCP."""
+    return "human" if ctx.face == CONSOLE else "agent"
 
 
 async def review(ctx: CallContext, p: ReviewDecisionParams) -> ReviewDecisionResult:
@@ -55,7 +61,7 @@ async def review(ctx: CallContext, p: ReviewDecisionParams) -> ReviewDecisionRes
         affected_kpis=p.affected_kpis,
         reviewed_by=ctx.agent,
         reviewed_at=now,
-        source="agent",  # reviewDecision: the calling agent's claim
+        source=source_of(ctx),
     )
     relay = ctx.services.relay
     events = relay.enqueue(ctx.session, decision.id, decision.workspace)

@@ -14,6 +14,9 @@ if TYPE_CHECKING:
     from app.services import Services
 
 
+CONSOLE = "console"  # the face of a person signed in to the console (app.console)
+
+
 @dataclass
 class CallContext:
     principal: Principal  # who calls: the token's agent, workspace and scopes
@@ -23,6 +26,9 @@ class CallContext:
     # (``Operation.transaction``), whose reads each take a short one.
     open_session: AsyncSession | None
     after_commit: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    # Which face the call came through: jsonrpc, mcp or console (a person's click, whose
+    # review is source ``human``).
+    face: str = "jsonrpc"
 
     @property
     def agent(self) -> str:

@@ -78,7 +78,7 @@ class Runner:
                 params = decode(raw, operation.params)
             except RecursionError:
                 raise invalid_params("params", "is nested too deeply") from None
-            result = await self._run(operation, params, principal)
+            result = await self._run(operation, params, principal, face)
         except CstpError as exc:
             error = exc
         except Exception:
@@ -94,13 +94,15 @@ class Runner:
         log_call(principal, operation.name, request_id, str(error.code), started, face)
         raise error
 
-    async def _run(self, operation: Operation[Any, Any], params: Any, principal: Principal) -> Any:
+    async def _run(
+        self, operation: Operation[Any, Any], params: Any, principal: Principal, face: str
+    ) -> Any:
         try:
             if not operation.transaction:  # it commits in batches (app.batches)
-                ctx = CallContext(principal, operation.name, self.services, None)
+                ctx = CallContext(principal, operation.name, self.services, None, face=face)
                 return await operation.handler(ctx, params)
             async with self.services.db.transaction(write=operation.writes) as session:
-                ctx = CallContext(principal, operation.name, self.services, session)
+                ctx = CallContext(principal, operation.name, self.services, session, face=face)
                 result = await operation.handler(ctx, params)
         except (SQLAlchemyError, OSError):
             # OSError: asyncpg raises ConnectionRefusedError (and TimeoutError) unwrapped when

@@ -1,0 +1,83 @@
+"""The console (SPEC.md, section 10): server-rendered pages for the people around the
+agents, on the same server, tokens and scopes.
+
+Jinja templates with autoescaping render every page; no page runs a script (the
+Content-Security-Policy allows none) and forms are plain HTML forms, so reading and acting both
+work without JavaScript. Every action is a call through the operation runner
+(app.console.core).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from litestar import Router
+from litestar.plugins.jinja import JinjaTemplateEngine
+from litestar.datastructures import ResponseHeader
+from litestar.static_files import create_static_files_router
+from litestar.template.config import TemplateConfig
+
+from . import auth, decisions, oversight
+from .core import Console, NotSignedIn, Refused, not_signed_in, show_refusal
+from .sessions import SessionStore
+
+if TYPE_CHECKING:
+    from app.auth import TokenTable
+    from app.operations.registry import Registry
+    from app.operations.runner import Runner
+    from app.services import Services
+
+HERE = Path(__file__).parent
+
+# No script from anywhere, styles from this server only, no framing, forms posted only here.
+POLICY = (
+    "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'"
+)
+HEADERS = [
+    ResponseHeader(name="Content-Security-Policy", value=POLICY),
+    ResponseHeader(name="X-Frame-Options", value="DENY"),
+    ResponseHeader(name="X-Content-Type-Options", value="nosniff"),
+    ResponseHeader(name="Referrer-Policy", value="no-referrer"),
+    ResponseHeader(name="Cache-Control", value="no-store"),
+]
+
+
+def template_config() -> TemplateConfig[JinjaTemplateEngine]:
+    return TemplateConfig(directory=HERE / "templates", engine=JinjaTemplateEngine)
+
+
+def build_console(
+    registry: Registry, runner: Runner, tokens: TokenTable, services: Services
+) -> tuple[Console, Router, Router]:
+    """The console's state, its pages and its stylesheet (under /console)."""
+    console = Console(registry, runner, tokens, services, SessionStore(services.db))
+    pages = Router(
+        path="/console",
+        route_handlers=[
+            auth.home,
+            auth.login_form,
+            auth.sign_in,
+            auth.sign_out,
+            decisions.decisions,
+            decisions.decision,
+            decisions.review,
+            decisions.replay_evaluation,
+            oversight.approvals,
+            oversight.decide,
+            oversight.ready,
+            oversight.calibration_page,
+            oversight.guardrails,
+            oversight.audit,
+            oversight.verify_chain,
+        ],
+        exception_handlers={NotSignedIn: not_signed_in, Refused: show_refusal},
+        response_headers=HEADERS,
+        # Forms are held to the API's body cap; their fields to the API's limits (the runner
+        # validates every call's params).
+        request_max_body_size=services.settings.max_body_bytes,
+        include_in_schema=False,
+    )
+    static = create_static_files_router(path="/console/static", directories=[HERE / "static"])
+    return console, pages, static
