@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from litestar import Router
-from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.datastructures import ResponseHeader
+from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 

@@ -97,8 +97,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     _cstp(env, "db", "upgrade")
     tokens = {"agent": "token-alice"}
     for role, agent in ROLES.items():
-        made = json.loads(_cstp(env, "tokens", "create", "--agent", agent, "--role", role, "--json"))
-        tokens[role] = made["token"]
+        made = _cstp(env, "tokens", "create", "--agent", agent, "--role", role, "--json")
+        tokens[role] = json.loads(made)["token"]
     with cstp_servers(folder, [env]) as bases:
         yield Served(bases[0], folder, tokens)
 
