@@ -149,6 +149,16 @@ def verify(
     return report
 
 
+def entry_problems(conn: Connection, entries: Sequence[Any], secret: bytes | None) -> list[Problem]:
+    """The problems of these entries on their own: each one's hash and its row (the console
+    shows a decision's entries so; the links between entries are the whole chain's check)."""
+    out: list[Problem] = []
+    for e in entries:
+        out.extend(_entry_problems(e, secret, None))
+    out.extend(_row_problems(conn, entries))
+    return out
+
+
 def _entry_problems(e: Any, secret: bytes | None, prev: str | None) -> list[Problem]:
     seq, table, row_id = int(e.seq), str(e.table_name), str(e.row_id)
     out: list[Problem] = []

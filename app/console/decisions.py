@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import Request, get, post
+from litestar.params import FromPath
 from litestar.response import Redirect, Template
 
 from app.guardrails.replay import CannotReplay, replay
@@ -65,17 +66,25 @@ def may_review(person: Person, decision: dict[str, Any]) -> bool:
 
 
 @get("/decisions/{decision_id:str}")
-async def decision(request: Request[Any, Any, Any], decision_id: str) -> Template:
+async def decision(request: Request[Any, Any, Any], decision_id: FromPath[str]) -> Template:
     console: Console = request.app.state.console
     person = await console.person(request)
-    found = (await console.call(person, "cstp.getDecision", {"id": decision_id}))["decision"]
+    try:
+        got = await console.call(person, "cstp.getDecision", {"id": decision_id})
+    except Refused as exc:
+        if exc.status == 400:  # not an id at all: as unknown as an id of no decision
+            raise Refused(404, "Not found", "No such decision.") from None
+        raise
+    found = got["decision"]
     intents: list[dict[str, Any]] = []
     evaluations: list[dict[str, Any]] = []
+    entries: list[dict[str, Any]] = []
     audits = person.principal.may(AUDIT)
     if audits:
-        intents, evaluations = await reads.linked(
-            console.services.db, person.principal.workspace, found
-        )
+        db, workspace = console.services.db, person.principal.workspace
+        intents, evaluations = await reads.linked(db, workspace, found)
+        secret = console.services.settings.audit_key
+        entries = await reads.decision_entries(db, workspace, found["id"], secret)
     return page(
         person,
         "decision.html",
@@ -87,12 +96,13 @@ async def decision(request: Request[Any, Any, Any], decision_id: str) -> Templat
             "audits": audits,
             "intents": intents,
             "evaluations": evaluations,
+            "entries": entries,
         },
     )
 
 
 @post("/decisions/{decision_id:str}/review", status_code=303)
-async def review(request: Request[Any, Any, Any], decision_id: str) -> Redirect:
+async def review(request: Request[Any, Any, Any], decision_id: FromPath[str]) -> Redirect:
     console: Console = request.app.state.console
     person, form = await console.acting(request)
     params: dict[str, Any] = {"id": decision_id, "outcome": form.get("outcome", "")}
@@ -104,7 +114,9 @@ async def review(request: Request[Any, Any, Any], decision_id: str) -> Redirect:
 
 
 @get("/evaluations/{evaluation_id:str}/replay")
-async def replay_evaluation(request: Request[Any, Any, Any], evaluation_id: str) -> Template:
+async def replay_evaluation(
+    request: Request[Any, Any, Any], evaluation_id: FromPath[str]
+) -> Template:
     """An evaluation evaluated again with its own stored rule set (``cstp guardrails replay``):
     the same verdict, or every difference."""
     console: Console = request.app.state.console

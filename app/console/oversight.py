@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from litestar import Request, get, post
+from litestar.params import FromPath
 from litestar.response import Redirect, Template
 
 from app.audit import snapshot
@@ -42,7 +43,7 @@ async def approvals(request: Request[Any, Any, Any]) -> Template:
 
 
 @post("/approvals/{approval_id:str}", status_code=303)
-async def decide(request: Request[Any, Any, Any], approval_id: str) -> Redirect:
+async def decide(request: Request[Any, Any, Any], approval_id: FromPath[str]) -> Redirect:
     console: Console = request.app.state.console
     person, form = await console.acting(request)
     params: dict[str, Any] = {"id": approval_id, "verdict": form.get("verdict", "")}

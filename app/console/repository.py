@@ -9,12 +9,14 @@ import itertools
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, or_, select, update
+from sqlalchemy import Connection, String, delete, func, or_, select, update
 
+from app.audit.verify import entry_problems
 from app.calibration import repository as calibration
 from app.calibration.schemas import Filters
 from app.db.audit import AuditEntry
 from app.db.console import ConsoleSession
+from app.db.decisions import DecisionReview, DecisionSupersede
 from app.db.engine import Database
 from app.db.guardrails import GuardrailEvaluation
 from app.db.intents import Intent
@@ -149,6 +151,40 @@ async def recent_intents(db: Database, workspace: str) -> list[dict[str, Any]]:
         .limit(RECENT)
     )
     return await db.read(lambda conn: _rows(conn, statement))
+
+
+async def decision_entries(
+    db: Database, workspace: str, decision_id: str, secret: bytes | None
+) -> list[dict[str, Any]]:
+    """The chain entries of a decision, its reviews and its supersede links, each with
+    whether its hash and its row still hold (app.audit.verify.entry_problems)."""
+
+    def work(conn: Connection) -> list[dict[str, Any]]:
+        reviews = select(func.cast(DecisionReview.id, String)).where(
+            DecisionReview.decision_id == decision_id
+        )
+        links = select(func.cast(DecisionSupersede.id, String)).where(
+            DecisionSupersede.decision_id == decision_id
+        )
+        entries = conn.execute(
+            select(AuditEntry)
+            .where(
+                AuditEntry.workspace == workspace,
+                or_(
+                    (AuditEntry.table_name == "decisions") & (AuditEntry.row_id == decision_id),
+                    (AuditEntry.table_name == "decision_reviews") & AuditEntry.row_id.in_(reviews),
+                    (AuditEntry.table_name == "decision_supersedes") & AuditEntry.row_id.in_(links),
+                ),
+            )
+            .order_by(AuditEntry.seq)
+        ).all()
+        problems = {p.seq: p.detail for p in entry_problems(conn, entries, secret)}
+        return [
+            {"seq": e.seq, "table": e.table_name, "hash": e.hash, "problem": problems.get(e.seq)}
+            for e in entries
+        ]
+
+    return await db.read(work)
 
 
 async def chain_head(db: Database, workspace: str) -> dict[str, Any] | None:
