@@ -8,6 +8,10 @@ and the house rules' checks, which CI runs before the tests:
 
     python3 dev.py check                        # ruff check, ruff format --check, mypy
 
+and the console's screenshots in docs/console/ (docs/CONSOLE.md), taken by its browser tests:
+
+    python3 dev.py screenshots                  # needs Debian's chromium package
+
 On first use (and whenever pyproject.toml changes) it creates ./.venv and installs the project
 (editable) with its test extras.
 """
@@ -69,7 +73,7 @@ def check() -> int:
 
 
 def main() -> int:
-    if len(sys.argv) < 2 or sys.argv[1] not in {"serve", "test", "cstp", "check"}:
+    if len(sys.argv) < 2 or sys.argv[1] not in {"serve", "test", "cstp", "check", "screenshots"}:
         print(__doc__, file=sys.stderr)
         return 2
     ensure_venv()
@@ -80,6 +84,18 @@ def main() -> int:
         argv = [str(BIN / "cstp"), "serve", *args]
     elif command == "cstp":
         argv = [str(BIN / "cstp"), *args]
+    elif command == "screenshots":
+        os.environ["CSTP_CONSOLE_SCREENSHOTS"] = str(ROOT / "docs" / "console")
+        os.environ["CSTP_REQUIRE_BROWSER"] = "1"  # no browser: fail, never skip
+        argv = [
+            str(BIN / "python"),
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/browser",
+        ]
     else:
         argv = [str(BIN / "python"), "-m", "pytest", *args]
     # Hand the process over rather than wait on a child: a signal sent to this process (a

@@ -9,6 +9,8 @@ work without JavaScript. Every action is a call through the operation runner
 
 from __future__ import annotations
 
+import json
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +19,8 @@ from litestar.datastructures import ResponseHeader
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
+
+from app.runtime import iso
 
 from . import auth, decisions, oversight
 from .core import Console, NotSignedIn, Refused, not_signed_in, show_refusal
@@ -44,8 +48,24 @@ HEADERS = [
 ]
 
 
+def _when(value: object) -> str:
+    """A stored time as the wire writes times (ISO 8601, UTC, ``Z``)."""
+    return iso(value) if isinstance(value, datetime) else str(value)
+
+
+def _value(value: object) -> str:
+    """A free-form value (an approval's action fields) as JSON, not Python's repr."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _filters(engine: JinjaTemplateEngine) -> None:
+    engine.engine.filters.update(when=_when, value=_value)
+
+
 def template_config() -> TemplateConfig[JinjaTemplateEngine]:
-    return TemplateConfig(directory=HERE / "templates", engine=JinjaTemplateEngine)
+    return TemplateConfig(
+        directory=HERE / "templates", engine=JinjaTemplateEngine, engine_callback=_filters
+    )
 
 
 def build_console(
