@@ -269,13 +269,18 @@ async def measure(http: httpx.AsyncClient, page: Page, calls: int, warmup: int) 
         path = page.paths[n % len(page.paths)]
         check(page, path, await http.get(path))
     times: list[float] = []
+    by_path: dict[str, list[float]] = {}
     for n in range(calls):
         path = page.paths[n % len(page.paths)]
         start = time.perf_counter()
         response = await http.get(path)  # the whole body is read before it returns
         times.append((time.perf_counter() - start) * 1000)
+        by_path.setdefault(path, []).append(times[-1])
         check(page, path, response)
-    return {"paths": list(page.paths), "latencyMs": summarize(times)}
+    out: dict[str, Any] = {"paths": list(page.paths), "latencyMs": summarize(times)}
+    if len(by_path) > 1:  # which of the page's paths is slow, when one is
+        out["byPath"] = {path: summarize(seen) for path, seen in by_path.items()}
+    return out
 
 
 async def bench(args: argparse.Namespace, prepared: Prepared) -> dict[str, Any]:

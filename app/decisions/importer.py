@@ -61,6 +61,17 @@ def find_files(root: Path) -> list[Path]:
     return sorted(found)
 
 
+# What an import fills: their statistics are refreshed once it is done (Database.analyze).
+IMPORTED_TABLES = (
+    "decisions",
+    "decision_reasons",
+    "decision_tags",
+    "decision_reviews",
+    "decision_search",
+    "audit_chain",
+)
+
+
 def _chunks(items: list[Path], size: int) -> Iterator[list[Path]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
@@ -129,6 +140,8 @@ async def import_tree(
         done += len(chunk)
         if progress is not None:
             progress(done, len(files))
+    if report.new:
+        await services.db.analyze(*IMPORTED_TABLES)
     return report
 
 
