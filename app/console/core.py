@@ -9,12 +9,14 @@ error's own message (safe to show, as on the wire) and the matching HTTP status.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 from litestar import Request, Response
 from litestar.response import Redirect, Template
+from sqlalchemy.exc import SQLAlchemyError
 
 from app.access.lookup import TokenStoreUnavailable
 from app.errors import (
@@ -23,6 +25,8 @@ from app.errors import (
     FORBIDDEN,
     INVALID_PARAMS,
     RATE_LIMITED,
+    STORAGE_ERROR,
+    UNAVAILABLE,
     CstpError,
 )
 from app.operations.context import CONSOLE
@@ -36,6 +40,8 @@ if TYPE_CHECKING:
     from app.operations.runner import Runner
     from app.services import Services
 
+log = logging.getLogger("cstp.console")
+
 LOGIN = "/console/login"
 
 #: The pages of the navigation, each with the scope that shows it.
@@ -48,12 +54,15 @@ PAGES = (
     ("audit", "Audit", AUDIT),
 )
 
-STATUS = {
-    FORBIDDEN: 403,
-    DECISION_NOT_FOUND: 404,
-    INVALID_PARAMS: 400,
-    CONFLICT: 409,
-    RATE_LIMITED: 429,
+#: How a refused call shows: its HTTP status and the page's title, by error code.
+SHOWN = {
+    FORBIDDEN: (403, "Not allowed"),
+    DECISION_NOT_FOUND: (404, "Not found"),
+    INVALID_PARAMS: (400, "Not accepted"),
+    CONFLICT: (409, "Already settled"),
+    RATE_LIMITED: (429, "Too many requests"),
+    STORAGE_ERROR: (503, "Unavailable"),
+    UNAVAILABLE: (503, "Unavailable"),
 }
 
 
@@ -83,19 +92,20 @@ class Console:
         """Who is signed in, or NotSignedIn. The token is looked up on every request: a
         revoked or expired one ends the session at once."""
         now = self.services.runtime.now()
-        found = await self.sessions.find(request.cookies.get(SESSION_COOKIE), now)
-        if found is None:
-            raise NotSignedIn
         try:
+            found = await self.sessions.find(request.cookies.get(SESSION_COOKIE), now)
+            if found is None:
+                raise NotSignedIn
             principal = await self.tokens.principal_of(found.token_digest)
-        except TokenStoreUnavailable:
-            raise Refused(
-                503, "Unavailable", "The token store cannot be read; try again."
-            ) from None
+        except (TokenStoreUnavailable, SQLAlchemyError, OSError):
+            # OSError: asyncpg's refused connection, as the runner says (a database down)
+            log.exception("console: the session or its token cannot be read")
+            why = "The session store cannot be read; try again shortly."
+            raise Refused(503, "Unavailable", why) from None
         if principal is None:
             await self.sessions.end(found.id, now)
             raise NotSignedIn
-        person = Person(principal, found.csrf, found.id, found.expires_at)
+        person = Person(principal, found.csrf, found.id)
         request.state.console_person = person  # for an error page's navigation
         return person
 
@@ -130,23 +140,15 @@ class Console:
 
 
 def refused(error: CstpError) -> Refused:
-    status = STATUS.get(error.code, 503 if error.code in (-32005, -32006) else 500)
+    """The page of a refused call: its message, as safe to show as on the wire, and for
+    invalid params the field and why."""
+    status, title = SHOWN.get(error.code, (500, "Something went wrong"))
     message = error.message
     if error.code == INVALID_PARAMS and isinstance(error.data, dict):
         field, why = error.data.get("field"), error.data.get("error")
         if field and why:
             message = f"{field}: {why}"
-    return Refused(status, message_title(error), message)
-
-
-def message_title(error: CstpError) -> str:
-    return {
-        FORBIDDEN: "Not allowed",
-        DECISION_NOT_FOUND: "Not found",
-        INVALID_PARAMS: "Not accepted",
-        CONFLICT: "Already settled",
-        RATE_LIMITED: "Too many requests",
-    }.get(error.code, "Something went wrong")
+    return Refused(status, title, message)
 
 
 def page(person: Person | None, name: str, context: dict[str, Any], status: int = 200) -> Template:

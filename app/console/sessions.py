@@ -55,7 +55,6 @@ class Person:
     principal: Principal
     csrf: str
     session_id: str  # the row's key (the cookie's SHA-256), never the cookie itself
-    expires_at: datetime
 
 
 @dataclass(frozen=True)
