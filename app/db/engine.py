@@ -251,8 +251,8 @@ class Database:
     async def analyze(self, *tables: str) -> None:
         """Refresh Postgres' planner statistics of ``tables`` after a bulk load. Without them
         (autovacuum off, or not yet run) the planner takes a freshly filled table for nearly
-        empty: a keyword search joined 10,000 decisions in a nested loop, 130 ms instead of
-        10 (docs/performance-history.md, "The console"). SQLite's planner keeps no statistics
+        empty, and a keyword search joined every decision in a nested loop
+        (docs/performance-history.md, "The console"). SQLite's planner keeps no statistics
         unless asked to, and never has been here: nothing to do."""
         if self.is_sqlite:
             return
