@@ -17,6 +17,8 @@ from .config import ConfigError, Settings
 from .console.routes import build_console
 from .console.routes import template_config as console_template_config
 from .mcp.http import build_mcp_mount
+from .observability import chain as chain_verification
+from .observability.routes import metrics
 from .operations.registry import Registry
 from .operations.runner import Runner
 from .rpc import discover
@@ -82,7 +84,7 @@ def create_app(
     registry = build_registry()
     check_rate_limits(settings, registry)
     tokens = resolve_tokens(settings)
-    services = build_services(settings, runtime, embedder)
+    services = build_services(settings, runtime, embedder, registry.names())
     tokens.use_database(TokenLookup(services.db, services.runtime.now))
     runner = Runner(services)  # both faces run their calls through it
     dispatcher = Dispatcher(registry, services, runner)
@@ -97,6 +99,11 @@ def create_app(
             services.background.append(asyncio.create_task(expiring))
             # Webhooks: in every server process too; leases keep one process per subscription.
             services.background.append(asyncio.create_task(services.webhooks.loop()))
+        if settings.audit_verify_seconds:
+            verifying = chain_verification.verify_periodically(
+                settings, services.metrics, services.runtime.now
+            )
+            services.background.append(asyncio.create_task(verifying))
         if freeze_heap:
             # What a started server holds (the model, the index, the engines, the imported
             # code) lives as long as the process: frozen, a full collection no longer walks
@@ -108,6 +115,7 @@ def create_app(
             yield
         finally:
             await services.close()
+            services.metrics.process_ended()
 
     app = Litestar(
         route_handlers=[
@@ -119,6 +127,7 @@ def create_app(
             health,
             ready,
             agent_card,
+            metrics,
         ],
         lifespan=[lifespan, mcp_lifespan],
         debug=False,

@@ -67,6 +67,10 @@ class Settings:
     # given as base64); None: the key file in the data directory, made on first use
     # (app/webhooks/secrets.py). Never stored in the database, never shown.
     webhook_key: bytes | None = field(default=None, repr=False)
+    # How often a server process verifies the whole audit chain for the metrics
+    # (``cstp_audit_chain_problems``; app.observability.chain), in seconds; 0: never. Each
+    # verification reads every entry and audited row, on a thread of its own.
+    audit_verify_seconds: int = 0
 
     @property
     def is_sqlite(self) -> bool:
@@ -112,6 +116,7 @@ class Settings:
             mcp_allowed_hosts=_hosts(env.get("CSTP_MCP_ALLOWED_HOSTS")),
             audit_key=audit_key_from_env(env),
             webhook_key=webhook_key_from_env(env),
+            audit_verify_seconds=_interval(env, "CSTP_AUDIT_VERIFY_INTERVAL", MIN_VERIFY_SECONDS),
         )
 
 
@@ -175,6 +180,28 @@ def decode_webhook_key(text: str) -> bytes | None:
     except ValueError:
         return None
     return key if len(key) == WEBHOOK_KEY_BYTES else None
+
+
+MIN_VERIFY_SECONDS = 60
+MAX_INTERVAL_SECONDS = 366 * 86400
+_INTERVAL = re.compile(r"^(\d+)([smhd]?)$")
+_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _interval(env: Mapping[str, str], name: str, low: int) -> int:
+    """A period written as a whole number with a unit (``90s``, ``15m``, ``6h``, ``1d``; no
+    unit: seconds), in seconds; unset or ``0``: 0 (off). Below ``low`` seconds, or above a
+    year, is refused."""
+    raw = (env.get(name) or "").strip().lower()
+    match = _INTERVAL.match(raw)
+    if raw and match is None:
+        raise ConfigError(f"{name} must be a period such as 6h, 30m or 1d (0: off), got {raw!r}")
+    seconds = int(match.group(1)) * _SECONDS[match.group(2)] if match else 0
+    if 0 < seconds < low or seconds > MAX_INTERVAL_SECONDS:
+        raise ConfigError(
+            f"{name} must be 0 (off) or between {low} seconds and 366 days, got {raw!r}"
+        )
+    return seconds
 
 
 def _retrieval_mode(value: str | None) -> str:

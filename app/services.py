@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .audit.chain import use_key
@@ -17,6 +18,7 @@ from .decisions.writer import RecordWriter
 from .guardrails.rule_files import load_rules, rule_dirs
 from .guardrails.rules import RuleSet
 from .intents.writer import IntentWriter
+from .observability.metrics import Metrics
 from .operations.ratelimit import MemoryRateLimiter, RateLimiter, RedisRateLimiter
 from .outbox.relay import Relay
 from .runtime import Calls, Runtime
@@ -40,6 +42,7 @@ class Services:
     announcer: IntentWriter  # announcements' audit rows, committed in batches
     calls: Calls  # the calls in flight; the embedder reads them (``crowded``)
     webhooks: WebhookRelay  # the webhook delivery loop (started by the app's lifespan)
+    metrics: Metrics  # the instruments of GET /metrics (app.observability)
     started_at: float = field(default_factory=time.monotonic)
     background: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -60,9 +63,13 @@ class Services:
 
 
 def build_services(
-    settings: Settings, runtime: Runtime | None = None, embedder: Embedder | None = None
+    settings: Settings,
+    runtime: Runtime | None = None,
+    embedder: Embedder | None = None,
+    methods: Iterable[str] = (),
 ) -> Services:
-    """Build without I/O beyond reading the rule files (which must fail at start-up)."""
+    """Build without I/O beyond reading the rule files (which must fail at start-up).
+    ``methods``: the operations whose duration histograms exist from the start."""
     runtime = runtime or Runtime()
     rules = load_rules(rule_dirs(settings.guardrails_dir))
     limiter: RateLimiter
@@ -83,6 +90,18 @@ def build_services(
     recorder = RecordWriter(db, relay, runtime)
     announcer = IntentWriter(db)
     webhooks = WebhookRelay(db, settings, runtime)
+    metrics = Metrics(methods)
     return Services(
-        settings, runtime, db, limiter, rules, index, relay, recorder, announcer, calls, webhooks
+        settings,
+        runtime,
+        db,
+        limiter,
+        rules,
+        index,
+        relay,
+        recorder,
+        announcer,
+        calls,
+        webhooks,
+        metrics,
     )

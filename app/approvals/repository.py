@@ -26,7 +26,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.approvals import Approval, ApprovalDecision
+from app.db.approvals import EXPIRED, PENDING, Approval, ApprovalDecision
 from app.db.base import table_of
 
 APPROVALS = table_of(Approval)
@@ -116,6 +116,25 @@ def listing(
         .where(*where)
     ).scalar_one()
     return list(rows), total
+
+
+async def count_by_status(session: AsyncSession, now: datetime) -> dict[str, int]:
+    """Approvals of every workspace by status as ``now`` makes it (app.approvals.service
+    .status_of: the decision's verdict, else expired from the deadline on, else pending)."""
+    status = case(
+        (DECISIONS.c.verdict.is_not(None), DECISIONS.c.verdict),
+        (APPROVALS.c.expires_at <= now, literal(EXPIRED)),
+        else_=literal(PENDING),
+    ).label("status")
+    # Grouped outside: Postgres would not take the CASE, with its bound values, as the same
+    # expression in GROUP BY as in the SELECT list.
+    each = (
+        select(status)
+        .select_from(APPROVALS.outerjoin(DECISIONS, DECISIONS.c.approval_id == APPROVALS.c.id))
+        .subquery()
+    )
+    rows = await session.execute(select(each.c.status, func.count()).group_by(each.c.status))
+    return {str(name): int(n) for name, n in rows.all()}
 
 
 def overdue(conn: Connection, *, now: datetime, since: datetime | None, limit: int) -> list[Any]:

@@ -29,6 +29,7 @@ from app import scopes
 from app.audit.canonical import Covered, covered
 from app.audit.chain import append
 from app.db.approvals import APPROVED, DENIED, EXPIRED, PENDING
+from app.db.engine import Database
 from app.errors import DECISION_NOT_FOUND, CstpError, conflict, forbidden
 from app.operations.context import CallContext
 from app.runtime import iso
@@ -53,6 +54,14 @@ def status_of(verdict: str | None, expires_at: datetime, now: datetime) -> str:
     if verdict is not None:
         return verdict
     return EXPIRED if now >= expires_at else PENDING
+
+
+async def counts(db: Database, now: datetime) -> dict[str, int]:
+    """How many approvals of every workspace have each status now (the metrics'
+    ``cstp_approvals``), every status included."""
+    async with db.transaction(write=False) as session:
+        found = await repository.count_by_status(session, now)
+    return {status: found.get(status, 0) for status in (PENDING, APPROVED, DENIED, EXPIRED)}
 
 
 def action_sha256(action: Mapping[str, Any]) -> str:

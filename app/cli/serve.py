@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 
 import click
 
@@ -78,6 +79,7 @@ def serve(host: str | None, port: int | None, workers: int) -> None:
             "several workers need a Chroma server (CSTP_CHROMA_URL): the embedded index is "
             "not safe across processes"
         )
+    _share_metrics(settings.data_dir / "metrics" / f"port-{port}")
     uvicorn.run(
         "app.asgi:serving_app",
         factory=True,
@@ -87,6 +89,21 @@ def serve(host: str | None, port: int | None, workers: int) -> None:
         log_level=settings.log_level.lower(),
         access_log=False,
     )
+
+
+def _share_metrics(folder: Path) -> None:
+    """Give this run's server processes ``folder`` for their metrics' values, emptied of an
+    earlier run's, so that a scrape answered by any worker counts them all
+    (app.observability.metrics). One per port: two servers sharing a data dir must not add
+    up each other's counts. Set just before the workers start, which import the metrics
+    library afresh (a value of ``PROMETHEUS_MULTIPROC_DIR`` in the environment is replaced);
+    one process alone keeps its values in memory as before."""
+    from ..observability import shared_dir
+
+    try:
+        shared_dir.prepare(folder)
+    except OSError as exc:
+        raise Failure(f"the metrics directory {folder} cannot be set up: {exc}") from None
 
 
 def _preflight(settings: Settings) -> None:

@@ -3,7 +3,6 @@ the ready queue, calibration, guardrails and the audit trail's state."""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -11,8 +10,7 @@ from litestar import Request, get, post
 from litestar.params import FromPath
 from litestar.response import Redirect, Template
 
-from app.audit import snapshot
-from app.audit.verify import verify
+from app.audit import live
 from app.scopes import APPROVE, AUDIT, REVIEW_ANY
 
 from . import charts
@@ -147,28 +145,22 @@ async def _audit_page(console: Console, person: Any, report: Any) -> Template:
     )
 
 
-# One verification at a time in a server process: each reads the whole chain.
-_verifying = asyncio.Lock()
-
-
 @post("/audit/verify", status_code=200)
 async def verify_chain(request: Request[Any, Any, Any]) -> Template:
-    """Verify the whole chain now, as ``cstp audit verify`` does: in a thread of its own,
-    on a snapshot of its own, so the server's calls go on meanwhile. Problems are counted by
-    kind and placed by sequence number; the rows they name may be another workspace's, so
-    only the numbers are shown (``cstp audit verify`` names them)."""
+    """Verify the whole chain now, as ``cstp audit verify`` does, in the background
+    (app.audit.live: the server's calls go on meanwhile; one at a time in a process).
+    Problems are counted by kind and placed by sequence number; the rows they name may be
+    another workspace's, so only the numbers are shown (``cstp audit verify`` names them)."""
     console: Console = request.app.state.console
     person, _ = await console.acting(request)
     console.require(person, AUDIT)
-    if _verifying.locked():
-        raise Refused(429, "Busy", "A verification is already running; try again shortly.")
     settings = console.services.settings
-    async with _verifying:
-        report = await asyncio.to_thread(
-            lambda: asyncio.run(
-                snapshot.read(settings.database_url, lambda c: verify(c, settings.audit_key))
-            )
-        )
+    try:
+        report = await live.verify_chain(settings.database_url, settings.audit_key)
+    except live.Busy:
+        raise Refused(
+            429, "Busy", "A verification is already running; try again shortly."
+        ) from None
     kinds: dict[str, int] = {}
     for problem in report.problems:
         kinds[problem.kind] = kinds.get(problem.kind, 0) + 1

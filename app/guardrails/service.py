@@ -219,6 +219,7 @@ def evaluate_request(ctx: CallContext, request: Request, source: str) -> Staged:
             GUARDRAIL_EVAL_FAILED,
             "Guardrail evaluation failed: no rule could be evaluated for this request",
         )
+    ctx.services.metrics.verdicts(evaluation.results)
     now = ctx.services.runtime.now()
     evaluation_id = ctx.services.runtime.uuid()
     row = {

@@ -86,12 +86,14 @@ class Runner:
             error = internal_error()
         else:
             log_call(principal, operation.name, request_id, "ok", started, face)
+            self.services.metrics.call(operation.name, face, "ok", started)
             return result
         # A call its token may not make never reached the operation: nothing is written for it
         # (a read-only token must not add audit rows, at no rate limit's cost).
         if operation.on_failure is not None and error.code != FORBIDDEN:
             await self._record_failure(operation, principal, raw, error)
         log_call(principal, operation.name, request_id, str(error.code), started, face)
+        self.services.metrics.call(operation.name, face, str(error.code), started)
         raise error
 
     async def _run(

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple, TypedDict
 
-from app.db.outbox import OutboxEvent, Status
+from app.db.outbox import EventKind, OutboxEvent, Status
 from app.runtime import iso
 
 from . import repository
@@ -43,6 +43,15 @@ async def counts(services: Services) -> Counts:
         dead=found.get(Status.DEAD, 0),
         done=found.get(Status.DONE, 0),
     )
+
+
+async def counts_by_kind(services: Services) -> dict[tuple[str, str], int]:
+    """Events by (kind, status), every kind and status this server writes included at 0
+    (the metrics' ``cstp_outbox_events``; summed over kinds, ``counts``)."""
+    async with services.db.transaction(write=False) as session:
+        found = await repository.count_by_kind_and_status(session)
+    every = {(kind.value, status.value): 0 for kind in EventKind for status in Status}
+    return every | found
 
 
 def progress(rows: Iterable[tuple[str, int, datetime]], now: datetime) -> Progress:

@@ -123,6 +123,15 @@ async def count_by_status(session: AsyncSession) -> dict[str, int]:
     return dict(rows.all())
 
 
+async def count_by_kind_and_status(session: AsyncSession) -> dict[tuple[str, str], int]:
+    rows = await session.execute(
+        select(OutboxEvent.kind, OutboxEvent.status, func.count()).group_by(
+            OutboxEvent.kind, OutboxEvent.status
+        )
+    )
+    return {(kind, status): int(n) for kind, status, n in rows.all()}
+
+
 async def states_of(session: AsyncSession, decision_ids: Sequence[str]) -> Sequence[Any]:
     """(status, attempts, available_at) of every event of ``decision_ids``."""
     result = await session.execute(

@@ -8,41 +8,18 @@ from litestar import Request, Response, post
 from litestar.exceptions import ClientException
 from litestar.handlers import HTTPRouteHandler
 
-from app.access.lookup import TokenStoreUnavailable
+from app.bearer import JSON, authenticate
 
 from .dispatcher import Dispatcher
-
-JSON = "application/json"
-UNAVAILABLE = (
-    b'{"error":"unavailable","message":"the token store cannot be read: try again shortly"}'
-)
-
-
-def unauthorized(reason: str) -> Response[bytes]:
-    body = b'{"error":"unauthorized","message":"' + reason.encode() + b'"}'
-    return Response(
-        body,
-        status_code=401,
-        media_type=JSON,
-        headers={"WWW-Authenticate": 'Bearer realm="cstp"'},
-    )
 
 
 def build_rpc_route(max_body_bytes: int) -> HTTPRouteHandler:
     @post("/cstp", request_max_body_size=max_body_bytes, status_code=200)
     async def cstp(request: Request[Any, Any, Any]) -> Response[bytes]:
         state = request.app.state
-        header = request.headers.get("authorization")
-        if not header:
-            return unauthorized("missing bearer token")
-        try:
-            principal = await state.tokens.principal_for(header)
-        except TokenStoreUnavailable:
-            return Response(
-                UNAVAILABLE, status_code=503, media_type=JSON, headers={"Retry-After": "1"}
-            )
-        if principal is None:
-            return unauthorized("invalid bearer token")
+        principal = await authenticate(request)
+        if isinstance(principal, Response):
+            return principal
         try:
             body = await request.body()
         except ClientException as exc:

@@ -8,6 +8,7 @@ from typing import Any
 from litestar import Request, Response, get
 
 from app.db import migrate
+from app.observability import dependencies
 from app.outbox.admin import counts
 from app.version import __version__
 from app.webhooks import admin as webhooks
@@ -41,10 +42,9 @@ async def ready(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     checks: dict[str, Any] = {}
     failing: list[str] = []
     degraded: list[str] = []
-    try:
-        await services.db.ping()
+    if await dependencies.database_answers(services):
         checks["database"] = "ok"
-    except Exception:
+    else:
         checks["database"] = "unreachable"
         failing.append("database")
     if "database" not in failing:
@@ -71,21 +71,17 @@ async def ready(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
                 degraded.append("webhooks")
         except Exception:
             checks["webhooks"] = "unknown"
-    try:
-        await services.index.ping()
+    if await dependencies.index_answers(services):
         checks["vectorIndex"] = "ok"
-    except Exception:
+    else:
         checks["vectorIndex"] = "unreachable"
         failing.append("vectorIndex")
-    limits_readiness = getattr(services.limiter, "readiness", None)  # a shared store only
-    if limits_readiness is not None:
+    limits = await dependencies.rate_limit_store(services)
+    if limits is not None:
         # Every call is refused (-32006) while its budget cannot be updated, whether the
         # store is down or answers but refuses writes: not ready either way.
-        try:
-            checks["rateLimits"] = await limits_readiness()
-        except Exception:
-            checks["rateLimits"] = "unknown"
-        if checks["rateLimits"] != "ok":
+        checks["rateLimits"] = limits
+        if limits != "ok":
             failing.append("rateLimits")
     status = "not_ready" if failing else "degraded" if degraded else "ready"
     body: dict[str, Any] = {"status": status, "checks": checks}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import stat
 from dataclasses import replace
 from pathlib import Path
@@ -292,3 +293,31 @@ def test_settings_read_from_environment(tmp_path: Path) -> None:
         Settings.from_env({"CSTP_PORT": "http"})
     with pytest.raises(ConfigError, match="CSTP_DATABASE_URL"):
         Settings.from_env({"CSTP_DATABASE_URL": "mysql://x"})
+
+
+# ---------------------------------------------------------------- the route tables
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def documented_routes(doc: Path) -> set[str]:
+    """The paths the "Routes" table of ``doc`` names (``GET /console/…`` as ``/console/…``)."""
+    section = doc.read_text(encoding="utf-8").split("## Routes", 1)[1].split("\n## ", 1)[0]
+    cells = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    return {path for cell in cells for path in re.findall(r"`(?:[A-Z]+ )?(/[^`\s]*)`", cell)}
+
+
+def is_documented(path: str, documented: set[str]) -> bool:
+    plain = re.sub(r"\{(\w+)(?::\w+)?\}", r"<\1>", path)  # /hooks/ci/{workspace:str}
+    return any(
+        plain == doc or (doc.endswith("…") and plain.startswith(doc[:-1].rstrip("/")))
+        for doc in documented
+    )
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/PROTOCOL.md"])
+async def test_every_route_served_is_in_the_route_tables(shared_client: Any, doc: str) -> None:
+    documented = documented_routes(ROOT / doc)
+    served = {route.path for route in shared_client.app.routes}
+    assert {"/cstp", "/metrics", "/health"} <= served
+    assert {p for p in served if not is_documented(p, documented)} == set(), documented

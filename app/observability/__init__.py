@@ -1,0 +1,26 @@
+"""What an operator's monitoring reads of the server: ``GET /metrics`` (SPEC.md, section 11).
+
+- ``metrics``: the instruments updated as the server works (the runner's calls, the
+  guardrail evaluations, the chain verification), in one process or across ``cstp serve``'s
+  worker processes;
+- ``scrape``: the series read from the database and the dependencies at each scrape;
+- ``dependencies``: whether the database, the vector index and Redis answer (also /ready's);
+- ``chain``: the periodic verification of the audit chain (``CSTP_AUDIT_VERIFY_INTERVAL``);
+- ``routes``: the route.
+
+The series (labels in braces; every label value comes from a bounded set: the server's
+methods, faces and error codes, the operator's rule files, fixed statuses):
+
+- ``cstp_calls_total{method,face,code}``: calls run; ``code`` is ``ok`` or the JSON-RPC error
+  number (``-32602``); ``face`` is ``jsonrpc``, ``mcp`` or ``console``.
+- ``cstp_call_duration_seconds{method}``: a histogram of their durations (buckets from a
+  millisecond to two seconds).
+- ``cstp_rate_limit_refusals_total{method}``: calls refused by the rate limit.
+- ``cstp_guardrail_verdicts_total{rule,mode,verdict}``: rules that fired in an evaluation
+  (``mode`` enforce or shadow, ``verdict`` block, warn or escalate).
+- ``cstp_outbox_events{kind,status}``, ``cstp_webhook_deliveries{status}``,
+  ``cstp_approvals{status}``, ``cstp_dependency_up{dependency}``,
+  ``cstp_audit_chain_head_seq``: read at each scrape.
+- ``cstp_audit_chain_problems``, ``cstp_audit_chain_verified_timestamp_seconds``: the last
+  periodic verification's result; absent until a process has verified once.
+"""
