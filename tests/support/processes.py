@@ -86,10 +86,13 @@ def free_port() -> int:
 
 
 @contextmanager
-def cstp_servers(folder: Path, settings: Sequence[Mapping[str, str]]) -> Iterator[list[str]]:
+def cstp_servers(
+    folder: Path, settings: Sequence[Mapping[str, str]], args: Sequence[str] = ()
+) -> Iterator[list[str]]:
     """One ``cstp serve`` process per item of ``settings`` (its CSTP_* variables, over this
-    process's environment), each on a free loopback port, logging to ``folder``/serverN.log;
-    their base URLs once every one answers /health. Stopped (SIGTERM, then SIGKILL) after."""
+    process's environment), each on a free loopback port with ``args`` added (``--workers``),
+    logging to ``folder``/serverN.log; their base URLs once every one answers /health.
+    Stopped (SIGTERM, then SIGKILL) after."""
     procs: list[subprocess.Popen[bytes]] = []
     bases: list[str] = []
     try:
@@ -98,7 +101,7 @@ def cstp_servers(folder: Path, settings: Sequence[Mapping[str, str]]) -> Iterato
             log = (folder / f"server{n}.log").open("wb")
             procs.append(
                 subprocess.Popen(
-                    [str(CSTP), "serve", "--host", "127.0.0.1", "--port", str(port)],
+                    [str(CSTP), "serve", "--host", "127.0.0.1", "--port", str(port), *args],
                     env={**os.environ, **own},
                     stdout=log,
                     stderr=subprocess.STDOUT,

@@ -1,0 +1,1 @@
+"""What an operator's tools read from the server: logs, metrics and traces (SPEC.md, section 11)."""
