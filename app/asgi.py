@@ -147,5 +147,9 @@ def create_app(
 
 def serving_app() -> Litestar:
     """The app of a server process (uvicorn's factory in ``cstp serve``, in each worker):
-    settings from the environment, the heap frozen once started."""
-    return create_app(freeze_heap=True)
+    settings from the environment, the heap frozen once started. A JSON log takes Python's
+    warnings as log records, in a worker process too (uvicorn sets its logging up, not this)."""
+    settings = Settings.from_env()
+    if settings.log_format == "json":
+        logging.captureWarnings(True)
+    return create_app(settings, freeze_heap=True)

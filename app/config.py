@@ -54,6 +54,9 @@ class Settings:
     outbox_poll_seconds: float = 2.0
     relay_enabled: bool = True
     log_level: str = "INFO"
+    # How ``cstp serve`` writes its log lines: one of LOG_FORMATS ("json": one JSON object per
+    # line, app/observability/logs.py).
+    log_format: str = "text"
     # How queryDecisions searches when a call does not say, and how announceIntent does
     # (app.search.service): one of RETRIEVAL_MODES.
     retrieval_mode: str = "hybrid"
@@ -112,6 +115,7 @@ class Settings:
             max_batch=_int(env, "CSTP_MAX_BATCH", 50, 1, 10_000),
             outbox_max_attempts=_int(env, "CSTP_OUTBOX_MAX_ATTEMPTS", 8, 1, 1000),
             log_level=_log_level(env.get("CSTP_LOG_LEVEL")),
+            log_format=_log_format(env.get("CSTP_LOG_FORMAT")),
             retrieval_mode=_retrieval_mode(env.get("CSTP_RETRIEVAL_MODE")),
             mcp_allowed_hosts=_hosts(env.get("CSTP_MCP_ALLOWED_HOSTS")),
             audit_key=audit_key_from_env(env),
@@ -219,6 +223,16 @@ def _log_level(value: str | None) -> str:
     if level not in LOG_LEVELS:
         raise ConfigError(f"CSTP_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}")
     return level
+
+
+LOG_FORMATS = ("text", "json")
+
+
+def _log_format(value: str | None) -> str:
+    log_format = (value or "").strip().lower() or "text"
+    if log_format not in LOG_FORMATS:
+        raise ConfigError(f"CSTP_LOG_FORMAT must be text or json, got {value!r}")
+    return log_format
 
 
 def _opt_path(value: str | None) -> Path | None:

@@ -50,12 +50,18 @@ class CstpGroup(click.Group):
         except Exception as exc:
             if debugging(ctx):
                 raise
-            line = describe(exc)
-            if line is None:
-                line = f"internal error ({type(exc).__name__}); run with --debug for the traceback"
-            raise Failure(line) from None
+            raise Failure(failure_line(exc)) from None
         finally:
             logging.getLogger().removeHandler(handler)
+
+
+def failure_line(exc: Exception) -> str:
+    """The one line a command's exception becomes: what ``describe`` says an operator can act
+    on, else a bug, named by its type."""
+    line = describe(exc)
+    if line is None:
+        line = f"internal error ({type(exc).__name__}); run with --debug for the traceback"
+    return line
 
 
 # ---- running a command's work ---------------------------------------------------------------

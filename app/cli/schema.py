@@ -7,6 +7,7 @@ to the operator (``cstp db upgrade``), and one at a revision this version does n
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,15 +100,24 @@ def schema_problem(url: str, state: SchemaState) -> str | None:
     return None
 
 
+def _echo(text: str) -> None:
+    click.echo(text, err=True)
+
+
 async def ensure_schema(
-    url: str, *, migrate_empty: bool = True, upgrade_older: bool = False
+    url: str,
+    *,
+    migrate_empty: bool = True,
+    upgrade_older: bool = False,
+    tell: Callable[[str], None] = _echo,
 ) -> None:
     """Make sure the database at ``url`` is at the newest revision before a command uses it.
 
     A database with no tables (or no file yet) is migrated when ``migrate_empty`` (its
     folder created first), and one at an older revision when ``upgrade_older`` (``serve``);
     any other state but the newest revision raises ``Failure`` naming the command that fixes
-    it. A database out of reach raises ``Unavailable``."""
+    it. A database out of reach raises ``Unavailable``. Who created a new database's tables
+    is told through ``tell`` (stderr; ``serve`` logs it, for a JSON log)."""
     from ..db import migrate
 
     state = await schema_state(url)
@@ -126,12 +136,9 @@ async def ensure_schema(
         )
     before = await migrate.upgrade(url)
     if before is None:
-        click.echo(
-            f"created the tables of a new database in {redact(url)} (revision {head})", err=True
-        )
+        tell(f"created the tables of a new database in {redact(url)} (revision {head})")
     elif state.empty:  # another process migrated it while this one waited for the lock
-        click.echo(
+        tell(
             f"the tables of the new database in {redact(url)} were created by another process "
-            f"(revision {before})",
-            err=True,
+            f"(revision {before})"
         )

@@ -3,28 +3,56 @@ start the server (uvicorn). Registered on ``cstp`` by app.cli."""
 
 from __future__ import annotations
 
+import copy
 import logging
-import sys
+import logging.config
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ..config import ConfigError, Settings
 from .failures import Failure, redact
-from .runner import debugging, load_settings, run
+from .runner import debugging, failure_line, load_settings, run
 from .schema import ensure_schema
 
+log = logging.getLogger("cstp.serve")
 
-def _setup_logging(level: str) -> None:
-    """The server's logging (replacing the one-line logging of the other commands)."""
-    logging.basicConfig(
-        level=getattr(logging, level, logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-        force=True,
-    )
+# The server's own lines in a text log (uvicorn's keep uvicorn's look).
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+def logging_config(level: str, log_format: str) -> dict[str, Any]:
+    """The server's logging as a ``logging.config.dictConfig`` dictionary: uvicorn's own
+    (its loggers, formatters and handlers) plus the root logger, which every other logger of
+    the process (ours, Alembic's, the libraries') writes through, at ``level``. uvicorn
+    applies it in every worker process it starts (``log_config``), where nothing else sets
+    logging up. ``json``: every formatter writes one JSON object per line
+    (app/observability/logs.py)."""
+    import uvicorn.config
+
+    config: dict[str, Any] = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    config["formatters"]["cstp"] = {"format": TEXT_FORMAT}
+    config["handlers"]["cstp"] = {
+        "class": "logging.StreamHandler",
+        "formatter": "cstp",
+        "stream": "ext://sys.stderr",
+    }
+    config["root"] = {"level": level, "handlers": ["cstp"]}
     if level != "DEBUG":  # one line per Alembic plugin at every start says nothing to an operator
-        logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+        config["loggers"]["alembic.runtime.plugins"] = {"level": "WARNING"}
+    if log_format == "json":
+        for name in config["formatters"]:
+            config["formatters"][name] = {"()": "app.observability.logs.JsonFormatter"}
+    return config
+
+
+def _setup_logging(level: str, log_format: str) -> None:
+    """The server's logging (replacing the one-line logging of the other commands). JSON:
+    Python's warnings become log records too, so that no line of the process is plain text."""
+    logging.config.dictConfig(logging_config(level, log_format))
+    if log_format == "json":
+        logging.captureWarnings(True)
 
 
 @click.command()
@@ -40,13 +68,37 @@ def _setup_logging(level: str) -> None:
 )
 def serve(host: str | None, port: int | None, workers: int) -> None:
     """Apply pending migrations, then serve JSON-RPC on /cstp."""
+    settings = load_settings()
+    level = "DEBUG" if debugging() else settings.log_level
+    _setup_logging(level, settings.log_format)
+    if settings.log_format != "json":
+        _serve(settings, host, port, workers, level)
+        return
+    # A JSON log is read by a machine: a failure to start is a JSON line too, not the
+    # "Error: ..." text the other commands print.
+    try:
+        _serve(settings, host, port, workers, level)
+    except (click.exceptions.Exit, click.Abort):
+        raise
+    except click.ClickException as exc:
+        log.error(exc.format_message())
+        raise click.exceptions.Exit(exc.exit_code) from None
+    except Exception as exc:
+        if debugging():
+            log.exception("the server stopped")
+        else:
+            log.error(failure_line(exc))
+        raise click.exceptions.Exit(1) from None
+
+
+def _serve(
+    settings: Settings, host: str | None, port: int | None, workers: int, level: str
+) -> None:
     import uvicorn
 
     from ..auth import LOCAL_AGENT, ensure_local_token, load_tokens
     from ..guardrails.rules import RuleFileError
 
-    settings = load_settings()
-    _setup_logging("DEBUG" if debugging() else settings.log_level)
     host = host or settings.host
     port = port or settings.port
     try:
@@ -56,23 +108,31 @@ def serve(host: str | None, port: int | None, workers: int) -> None:
         # Shown whole, even with --debug: a YAML syntax error's lines point at the mistake.
         raise click.ClickException(str(exc)) from None
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    run(lambda: ensure_schema(settings.database_url, upgrade_older=True))
+    run(
+        lambda: ensure_schema(
+            settings.database_url,
+            upgrade_older=True,
+            tell=lambda text: _tell(settings, logging.INFO, text),
+        )
+    )
     if not tokens:
         _token, created = ensure_local_token(settings.data_dir)
         path = (settings.data_dir / "local-token").absolute()
-        click.echo(
+        _tell(
+            settings,
+            logging.WARNING,
             f"No CSTP_AUTH_TOKENS set: {'created' if created else 'using'} a token for agent "
             f"'{LOCAL_AGENT}' in {path}\n"
             f"  export CSTP_TOKEN=$(cat {path})\n"
             f'  curl -H "Authorization: Bearer $CSTP_TOKEN" http://{host}:{port}/cstp ...',
-            err=True,
         )
-    click.echo(
+    _tell(
+        settings,
+        logging.INFO,
         f"database: {redact(settings.database_url)}\n"
         f"decisions: {settings.decisions_dir.absolute()}\n"
         f"vector index: {settings.chroma_url or (settings.data_dir / 'chroma').absolute()}\n"
         f"listening on http://{host}:{port}",
-        err=True,
     )
     if workers > 1 and not settings.chroma_url:
         raise Failure(
@@ -87,6 +147,7 @@ def serve(host: str | None, port: int | None, workers: int) -> None:
         port=port,
         workers=workers,
         log_level=settings.log_level.lower(),
+        log_config=logging_config(level, settings.log_format),
         access_log=False,
     )
 
@@ -104,6 +165,15 @@ def _share_metrics(folder: Path) -> None:
         shared_dir.prepare(folder)
     except OSError as exc:
         raise Failure(f"the metrics directory {folder} cannot be set up: {exc}") from None
+
+
+def _tell(settings: Settings, level: int, text: str) -> None:
+    """Tell the operator something at start-up: on stderr as it is (text), or as a log record
+    of ``level`` (json), so that every line of a JSON log is JSON."""
+    if settings.log_format == "json":
+        log.log(level, text)
+    else:
+        click.echo(text, err=True)
 
 
 def _preflight(settings: Settings) -> None:

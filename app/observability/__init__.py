@@ -6,7 +6,8 @@
 - ``scrape``: the series read from the database and the dependencies at each scrape;
 - ``dependencies``: whether the database, the vector index and Redis answer (also /ready's);
 - ``chain``: the periodic verification of the audit chain (``CSTP_AUDIT_VERIFY_INTERVAL``);
-- ``routes``: the route.
+- ``routes``: the route;
+- ``logs``: the JSON log lines of ``CSTP_LOG_FORMAT=json``.
 
 The series (labels in braces; every label value comes from a bounded set: the server's
 methods, faces and error codes, the operator's rule files, fixed statuses):

@@ -9,7 +9,6 @@ renders the result or the ``CstpError`` raised.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -24,6 +23,7 @@ from app.errors import (
     invalid_params,
     storage_error,
 )
+from app.observability.logs import Fields
 from app.scopes import Principal
 
 from .context import CallContext
@@ -155,16 +155,18 @@ def log_call(
     principal: Principal, name: str, request_id: Any, outcome: str, started: float, face: str
 ) -> None:
     """One structured line per call: workspace, agent, operation, id, outcome, duration, face
-    (the caller's id and method name cut to LOGGED_CHARS)."""
+    (the caller's id and method name cut to LOGGED_CHARS). A text log shows them as one JSON
+    object; a JSON log (CSTP_LOG_FORMAT=json) as keys of the line's own object."""
     if log.isEnabledFor(logging.INFO):
+        method = clip(name)
         line = {
             "event": "rpc",
             "face": face,
             "workspace": principal.workspace,
             "agent": clip(principal.agent),
-            "method": clip(name),
+            "method": method,
             "id": clip(request_id),
             "outcome": outcome,
             "durationMs": round((time.perf_counter() - started) * 1000, 2),
         }
-        log.info(json.dumps(line, default=str))
+        log.info(Fields(f"{method} {outcome}", line))

@@ -430,6 +430,7 @@ def test_a_bug_is_one_line_and_debug_lets_the_traceback_through(
     [
         (["outbox"], {"CSTP_PORT": "x"}, "CSTP_PORT must be a whole number"),
         (["serve"], {"CSTP_LOG_LEVEL": "LOUD"}, "CSTP_LOG_LEVEL must be one of DEBUG, INFO"),
+        (["serve"], {"CSTP_LOG_FORMAT": "yaml"}, "CSTP_LOG_FORMAT must be text or json"),
         (["outbox"], {"CSTP_LOG_LEVEL": "LOUD"}, "CSTP_LOG_LEVEL must be one of DEBUG, INFO"),
         (["db", "upgrade"], {"CSTP_DATABASE_URL": "mysql://x"}, "CSTP_DATABASE_URL must start"),
         (["export"], {"CSTP_RATE_LIMITS": "nonsense"}, "CSTP_RATE_LIMITS"),
