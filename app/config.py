@@ -67,6 +67,9 @@ class Settings:
     # given as base64); None: the key file in the data directory, made on first use
     # (app/webhooks/secrets.py). Never stored in the database, never shown.
     webhook_key: bytes | None = field(default=None, repr=False)
+    # Whether trace spans carry the callers' texts (an intent, a query, a decision): off,
+    # a span names rows and verdicts only (CSTP_TRACE_CONTENT; app/observability/tracing.py).
+    trace_content: bool = False
 
     @property
     def is_sqlite(self) -> bool:
@@ -112,6 +115,7 @@ class Settings:
             mcp_allowed_hosts=_hosts(env.get("CSTP_MCP_ALLOWED_HOSTS")),
             audit_key=audit_key_from_env(env),
             webhook_key=webhook_key_from_env(env),
+            trace_content=_bool(env, "CSTP_TRACE_CONTENT", False),
         )
 
 
@@ -192,6 +196,18 @@ def _log_level(value: str | None) -> str:
     if level not in LOG_LEVELS:
         raise ConfigError(f"CSTP_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}")
     return level
+
+
+TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if not raw:
+        return default
+    if raw not in TRUE + FALSE:
+        raise ConfigError(f"{name} must be true or false, got {env[name]!r}")
+    return raw in TRUE
 
 
 def _opt_path(value: str | None) -> Path | None:

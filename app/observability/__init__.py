@@ -1,0 +1,1 @@
+"""Observability: what operators watch the server with (traces, metrics, logs)."""
