@@ -29,6 +29,8 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
+from app.observability import tracing
+
 from . import sqlite_driver
 
 T = TypeVar("T")
@@ -193,6 +195,8 @@ class Database:
         )
         self._read_sessions = async_sessionmaker(self.read_engine, expire_on_commit=False)
         self._write_lock: asyncio.Lock | None = asyncio.Lock() if self.is_sqlite else None
+        system = tracing.db_system(self.write_engine.dialect.name)
+        self._read_attributes = {"db.system.name": system, "db.operation.name": "SELECT"}
 
     @asynccontextmanager
     async def transaction(self, *, write: bool = True) -> AsyncIterator[AsyncSession]:
@@ -223,13 +227,14 @@ class Database:
         caller's ``session`` when given (its transaction sees the same committed rows, and a
         second connection would cost a checkout, a BEGIN and a COMMIT), else one of its own.
         """
-        if self._loop_reads is not None:
-            with self._loop_reads.connect() as conn, conn.begin():
-                return work(conn)
-        if session is not None and not self.is_sqlite:
-            return await session.run_sync(lambda sync_session: work(sync_session.connection()))
-        async with self.read_engine.connect() as aconn, aconn.begin():
-            return await aconn.run_sync(work)
+        with tracing.span("SELECT", self._read_attributes):
+            if self._loop_reads is not None:
+                with self._loop_reads.connect() as conn, conn.begin():
+                    return work(conn)
+            if session is not None and not self.is_sqlite:
+                return await session.run_sync(lambda sync_session: work(sync_session.connection()))
+            async with self.read_engine.connect() as aconn, aconn.begin():
+                return await aconn.run_sync(work)
 
     @asynccontextmanager
     async def _session(self, *, write: bool) -> AsyncIterator[AsyncSession]:
