@@ -17,6 +17,7 @@ from .auth import LOCAL_AGENT, TokenTable, ensure_local_token, load_tokens
 from .config import ConfigError, Settings
 from .console.routes import build_console
 from .console.routes import template_config as console_template_config
+from .db.engine import trace_commits
 from .mcp.http import build_mcp_mount
 from .observability import tracing as otel
 from .operations.registry import Registry
@@ -96,6 +97,7 @@ def create_app(
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         if tracing is not None:
             tracing.start()
+            trace_commits()
             if otel.committed not in chain.observers:  # a span learns its row's chain seq
                 chain.observers.append(otel.committed)
             runner.tracing = app.state.tracing = tracing

@@ -48,7 +48,6 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
     from opentelemetry.trace import Span, Tracer
     from opentelemetry.util.types import AttributeValue
-    from sqlalchemy.orm import Session
 
     from app.audit.tables import Covered
     from app.scopes import Principal
@@ -210,7 +209,6 @@ class Tracing:
             provider.add_span_processor(BatchSpanProcessor(exporter))
         self.provider = provider
         self.tracer = provider.get_tracer("cstp-server", __version__)
-        _listen()
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         """Export every span ended so far (tests, shutdown)."""
@@ -484,54 +482,20 @@ def committed(entries: Sequence[Covered], first: int) -> None:
             del _recent[next(iter(_recent))]
 
 
-# ---------------------------------------------------------------- database commits
-
-_COMMIT = "cstp.trace.commit"
-_listening = False
+# ---------------------------------------------------------------- spans across events
 
 
-def _listen() -> None:
-    """Once per process, when tracing first starts: a span around every session's commit
-    made while a call runs."""
-    global _listening
-    if _listening:
-        return
-    from sqlalchemy import event  # noqa: PLC0415  (only when tracing is on)
-    from sqlalchemy.orm import Session  # noqa: PLC0415
-
-    # First among the listeners: the span holds the audit chain's own writes at commit.
-    event.listen(Session, "before_commit", _commit_started, insert=True)
-    event.listen(Session, "after_commit", _commit_ended)
-    event.listen(Session, "after_rollback", _commit_failed)
-    _listening = True
-
-
-def _commit_started(session: Session) -> None:
+def started(name: str, attributes: Mapping[str, AttributeValue]) -> Span | None:
+    """A child span of the running call, started now and not made current, for work that
+    begins and ends in two callbacks (a database commit: app.db.engine); the caller ends
+    it. None outside a call, or once it has ended."""
     call = _current.get()
-    if call is None or not call.open or session.in_nested_transaction():
-        return
-    # (``bind``, not ``get_bind()``, which raises without one: nothing here may fail a commit)
-    dialect = session.bind.dialect.name if session.bind is not None else "other_sql"
-    attributes: dict[str, AttributeValue] = {
-        "db.system.name": db_system(dialect),
-        "db.operation.name": "COMMIT",
-    }
-    session.info[_COMMIT] = call.tracer.start_span("COMMIT", attributes=attributes)
+    if call is None or not call.open:
+        return None
+    return call.tracer.start_span(name, attributes=attributes)
 
 
-def _commit_ended(session: Session) -> None:
-    made: Span | None = session.info.pop(_COMMIT, None)
-    if made is not None:
-        made.end()
-
-
-def _commit_failed(session: Session) -> None:
-    made: Span | None = session.info.pop(_COMMIT, None)
-    if made is not None:  # rolled back after it began to commit
+def ended(made: Span, *, ok: bool = True) -> None:
+    if not ok:
         made.set_status(Status(StatusCode.ERROR))
-        made.end()
-
-
-def db_system(dialect: str) -> str:
-    """The conventions' ``db.system.name`` of a SQLAlchemy dialect."""
-    return "postgresql" if dialect.startswith("postgres") else dialect
+    made.end()
