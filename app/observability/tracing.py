@@ -20,6 +20,7 @@ answers None, without it.
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
@@ -343,8 +344,7 @@ class CallSpan:
     def row(self, table: str, row_id: str) -> None:
         """The audit row this call wrote: its table and id now, its chain entry's sequence
         number (``cstp.audit.seq``) once committed (at once when it already is)."""
-        self.span.set_attribute("cstp.audit.table", table)
-        self.span.set_attribute("cstp.audit.row_id", row_id)
+        self.span.set_attributes({"cstp.audit.table": table, "cstp.audit.row_id": row_id})
         key = (table, row_id)
         seq = _recent.pop(key, None)
         if seq is not None:
@@ -464,7 +464,7 @@ def clip(text: str) -> str:
 # the entries committed that no call asked for yet (recordDecision learns its decision's id
 # once the group writer has committed it), the most recent RECENT of them.
 _watching: dict[tuple[str, str], CallSpan] = {}
-_recent: dict[tuple[str, str], int] = {}
+_recent: OrderedDict[tuple[str, str], int] = OrderedDict()  # the oldest dropped in O(1)
 RECENT = 4096
 
 
@@ -479,7 +479,7 @@ def committed(entries: Sequence[Covered], first: int) -> None:
             continue
         _recent[key] = first + offset
         if len(_recent) > RECENT:
-            del _recent[next(iter(_recent))]
+            _recent.popitem(last=False)
 
 
 # ---------------------------------------------------------------- spans across events
