@@ -79,3 +79,45 @@ def test_trace_content_setting(raw: str | None, content: bool) -> None:
 def test_a_trace_content_value_that_is_no_boolean_is_refused() -> None:
     with pytest.raises(ConfigError, match="CSTP_TRACE_CONTENT"):
         Settings.from_env({"CSTP_TRACE_CONTENT": "maybe"})
+
+
+def test_a_row_learns_its_chain_seq_whether_it_is_named_before_or_after_the_commit() -> None:
+    """A handler names its row before its transaction commits (a review, in the runner's
+    transaction) or after (recordDecision learns its decision's id from the group writer):
+    the span gets the row's chain sequence number either way, and a row never committed
+    leaves nothing behind."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from app.audit.tables import Covered
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+
+    def call(name: str) -> tracing.CallSpan:
+        return tracing.CallSpan(tracer, tracer.start_span(name), None, False)
+
+    with call("before") as before:
+        before.row("decision_reviews", "41")
+        tracing.committed(
+            [Covered("decision_reviews", "41", "d1"), Covered("decisions", "ab12cd34", "d2")], 7
+        )
+    with call("after") as after:
+        after.row("decisions", "ab12cd34")
+    with call("never") as never:
+        never.row("intents", "not-committed")
+    assert ("intents", "not-committed") not in tracing._watching
+    seqs = {s.name: s.attributes.get("cstp.audit.seq") for s in exporter.get_finished_spans()}
+    assert seqs == {"before": 7, "after": 8, "never": None}
+
+
+def test_cstp_mcp_passes_a_tool_calls_trace_context_on_as_headers() -> None:
+    from app.mcp.stdio import trace_headers
+
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    meta = {"traceparent": parent, "tracestate": "bad\r\nX-Injected: 1", "progressToken": 3}
+    assert trace_headers(meta) == {"traceparent": parent}
+    assert trace_headers(None) == {}
