@@ -391,7 +391,8 @@ class Guardrail:
         description: str,
     ) -> None:
         """The stored evaluation: its id, the rule set's version and content hash (the
-        conventions' policy version and id), and the verdict as the wire says it."""
+        conventions' policy version and id), and the rules' verdict (before any approval
+        an escalation asks for)."""
         self.span.set_attributes(
             {
                 "cstp.evaluation.id": evaluation_id,
