@@ -12,12 +12,15 @@ from litestar import Litestar
 
 from .access.lookup import TokenLookup
 from .approvals import expiry as approval_expiry
+from .audit import chain
 from .auth import LOCAL_AGENT, TokenTable, ensure_local_token, load_tokens
 from .config import ConfigError, Settings
 from .console.routes import build_console
 from .console.routes import template_config as console_template_config
+from .db.engine import trace_commits
 from .mcp.http import build_mcp_mount
 from .observability import chain as chain_verification
+from .observability import tracing as otel
 from .observability.routes import metrics
 from .operations.registry import Registry
 from .operations.runner import Runner
@@ -83,6 +86,7 @@ def create_app(
     settings = settings or Settings.from_env()
     registry = build_registry()
     check_rate_limits(settings, registry)
+    tracing = otel.from_env(settings.trace_content)  # None: OTEL_* ask for no traces
     tokens = resolve_tokens(settings)
     services = build_services(settings, runtime, embedder, registry.names())
     tokens.use_database(TokenLookup(services.db, services.runtime.now))
@@ -93,6 +97,12 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        if tracing is not None:
+            tracing.start()
+            trace_commits()
+            if otel.committed not in chain.observers:  # a span learns its row's chain seq
+                chain.observers.append(otel.committed)
+            runner.tracing = app.state.tracing = tracing
         if start_relay and settings.relay_enabled:
             services.background.append(asyncio.create_task(services.relay.loop()))
             expiring = approval_expiry.loop(services.db, services.runtime.now)
@@ -114,8 +124,14 @@ def create_app(
         try:
             yield
         finally:
-            await services.close()
-            services.metrics.process_ended()
+            try:
+                await services.close()
+            finally:
+                services.metrics.process_ended()
+                if tracing is not None:
+                    runner.tracing = app.state.tracing = None
+                    # Flushing exports what is left: a blocking request, off the loop.
+                    await asyncio.to_thread(tracing.shutdown)
 
     app = Litestar(
         route_handlers=[
@@ -142,6 +158,7 @@ def create_app(
     app.state.dispatcher = dispatcher
     app.state.tokens = tokens
     app.state.console = console
+    app.state.tracing = None  # the started Tracing while the app runs with tracing on
     return app
 
 

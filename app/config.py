@@ -74,6 +74,9 @@ class Settings:
     # (``cstp_audit_chain_problems``; app.observability.chain), in seconds; 0: never. Each
     # verification reads every entry and audited row, on a thread of its own.
     audit_verify_seconds: int = 0
+    # Whether trace spans carry the callers' texts (an intent, a query, a decision): off,
+    # a span names rows and verdicts only (CSTP_TRACE_CONTENT; app/observability/tracing.py).
+    trace_content: bool = False
 
     @property
     def is_sqlite(self) -> bool:
@@ -121,6 +124,7 @@ class Settings:
             audit_key=audit_key_from_env(env),
             webhook_key=webhook_key_from_env(env),
             audit_verify_seconds=_interval(env, "CSTP_AUDIT_VERIFY_INTERVAL", MIN_VERIFY_SECONDS),
+            trace_content=_bool(env, "CSTP_TRACE_CONTENT", False),
         )
 
 
@@ -233,6 +237,18 @@ def _log_format(value: str | None) -> str:
     if log_format not in LOG_FORMATS:
         raise ConfigError(f"CSTP_LOG_FORMAT must be text or json, got {value!r}")
     return log_format
+
+
+TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if not raw:
+        return default
+    if raw not in TRUE + FALSE:
+        raise ConfigError(f"{name} must be true or false, got {env[name]!r}")
+    return raw in TRUE
 
 
 def _opt_path(value: str | None) -> Path | None:

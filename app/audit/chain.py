@@ -36,7 +36,7 @@ import hashlib
 import hmac
 import sqlite3
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,6 +133,11 @@ def link(
 
 HEAD_AFTER_COMMIT = "cstp.audit.head"
 
+# Told after each commit that appended entries: the entries, and the sequence number of the
+# first (the others follow it). Tracing puts a row's entry on the span of the call that wrote
+# it (app.observability.tracing); empty unless tracing is on.
+observers: list[Callable[[Sequence[Covered], int], None]] = []
+
 # SQLite: the head each engine's last committed append left (see the module docstring).
 _heads: weakref.WeakKeyDictionary[Engine, tuple[int, str]] = weakref.WeakKeyDictionary()
 
@@ -182,7 +187,7 @@ def _write_pending(session: Session) -> None:
     conn = session.connection()
     secret = key_for(conn.engine).secret
     new_head: list[tuple[int, str]] = []
-    session.info[HEAD_AFTER_COMMIT] = (conn.engine, new_head)
+    session.info[HEAD_AFTER_COMMIT] = (conn.engine, new_head, entries)
     if conn.dialect.name != "sqlite":
         new_head.append(write(conn, entries, secret))
         return
@@ -206,10 +211,16 @@ def _write_pending(session: Session) -> None:
 
 @event.listens_for(Session, "after_commit")
 def _remember_head(session: Session) -> None:
-    """SQLite: the head this transaction's append left is the engine's head now."""
+    """SQLite: the head this transaction's append left is the engine's head now. Then the
+    observers learn what was appended."""
     done = session.info.pop(HEAD_AFTER_COMMIT, None)
-    if done is not None and done[0].dialect.name == "sqlite" and done[1]:
-        _heads[done[0]] = done[1][0]
+    if done is None or not done[1]:
+        return
+    engine, (head, *_), entries = done
+    if engine.dialect.name == "sqlite":
+        _heads[engine] = head
+    for observer in observers:
+        observer(entries, head[0] - len(entries) + 1)
 
 
 @event.listens_for(Session, "after_rollback")

@@ -181,6 +181,8 @@ def _preflight(settings: Settings) -> None:
     mistake is one line on stderr instead of a traceback after "listening on"."""
     from ..asgi import build_registry, check_rate_limits
     from ..guardrails.rule_files import load_rules, rule_dirs
+    from ..observability import tracing
 
     check_rate_limits(settings, build_registry())
     load_rules(rule_dirs(settings.guardrails_dir))
+    tracing.from_env(settings.trace_content)  # OTEL_* asking for traces it cannot send

@@ -20,6 +20,7 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 
+from app.observability.tracing import continue_traces
 from app.runtime import iso
 
 from . import auth, decisions, oversight
@@ -98,6 +99,7 @@ def build_console(
         # validates every call's params).
         request_max_body_size=services.settings.max_body_bytes,
         include_in_schema=False,
+        middleware=[continue_traces],  # a page's calls continue a caller's traceparent
     )
     static = create_static_files_router(path="/console/static", directories=[HERE / "static"])
     return console, pages, static

@@ -28,6 +28,9 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
+from sqlalchemy.orm import Session
+
+from app.observability import tracing
 
 from . import sqlite_driver
 
@@ -193,6 +196,8 @@ class Database:
         )
         self._read_sessions = async_sessionmaker(self.read_engine, expire_on_commit=False)
         self._write_lock: asyncio.Lock | None = asyncio.Lock() if self.is_sqlite else None
+        system = db_system(self.write_engine.dialect.name)
+        self._read_attributes = {"db.system.name": system, "db.operation.name": "SELECT"}
 
     @asynccontextmanager
     async def transaction(self, *, write: bool = True) -> AsyncIterator[AsyncSession]:
@@ -223,13 +228,14 @@ class Database:
         caller's ``session`` when given (its transaction sees the same committed rows, and a
         second connection would cost a checkout, a BEGIN and a COMMIT), else one of its own.
         """
-        if self._loop_reads is not None:
-            with self._loop_reads.connect() as conn, conn.begin():
-                return work(conn)
-        if session is not None and not self.is_sqlite:
-            return await session.run_sync(lambda sync_session: work(sync_session.connection()))
-        async with self.read_engine.connect() as aconn, aconn.begin():
-            return await aconn.run_sync(work)
+        with tracing.span("SELECT", self._read_attributes):
+            if self._loop_reads is not None:
+                with self._loop_reads.connect() as conn, conn.begin():
+                    return work(conn)
+            if session is not None and not self.is_sqlite:
+                return await session.run_sync(lambda sync_session: work(sync_session.connection()))
+            async with self.read_engine.connect() as aconn, aconn.begin():
+                return await aconn.run_sync(work)
 
     @asynccontextmanager
     async def _session(self, *, write: bool) -> AsyncIterator[AsyncSession]:
@@ -266,3 +272,51 @@ class Database:
         await self.write_engine.dispose()
         if self.read_engine is not self.write_engine:
             await self.read_engine.dispose()
+
+
+# ---------------------------------------------------------------- tracing
+
+_COMMIT_SPAN = "cstp.trace.commit"  # where a session keeps its commit's span
+_tracing_commits = False
+
+
+def db_system(dialect: str) -> str:
+    """The OpenTelemetry conventions' ``db.system.name`` of a SQLAlchemy dialect."""
+    return "postgresql" if dialect.startswith("postgres") else dialect
+
+
+def trace_commits() -> None:
+    """From now on, a ``COMMIT`` span around each commit made while a traced call runs (from
+    ``before_commit`` to ``after_commit``), in that call's trace. Installed once, when tracing
+    first starts (app.asgi); first among the sessions' listeners, so that it holds the audit
+    chain's own writes at commit."""
+    global _tracing_commits
+    if _tracing_commits:
+        return
+    event.listen(Session, "before_commit", _commit_started, insert=True)
+    event.listen(Session, "after_commit", _commit_ended)
+    event.listen(Session, "after_rollback", _commit_failed)
+    _tracing_commits = True
+
+
+def _commit_started(session: Session) -> None:
+    if session.in_nested_transaction():
+        return
+    # ``bind``, not ``get_bind()``, which raises without one: nothing here may fail a commit
+    dialect = session.bind.dialect.name if session.bind is not None else "other_sql"
+    attributes = {"db.system.name": db_system(dialect), "db.operation.name": "COMMIT"}
+    made = tracing.started("COMMIT", attributes)
+    if made is not None:
+        session.info[_COMMIT_SPAN] = made
+
+
+def _commit_ended(session: Session) -> None:
+    made = session.info.pop(_COMMIT_SPAN, None)
+    if made is not None:
+        tracing.ended(made)
+
+
+def _commit_failed(session: Session) -> None:
+    made = session.info.pop(_COMMIT_SPAN, None)
+    if made is not None:  # rolled back once it had begun to commit
+        tracing.ended(made, ok=False)

@@ -276,7 +276,7 @@ def add_review(
     reviewed_by: str,
     reviewed_at: datetime,
     source: str,
-) -> None:
+) -> DecisionReview:
     """INSERT a review into the decision's history and UPDATE the decision to show it. The
     caller holds the decision's row lock (``lock_one``) and took ``reviewed_at`` after it,
     later than every earlier review's: then this review is the latest, by id and by time (see
@@ -304,6 +304,7 @@ def add_review(
     decision.review_notes = notes
     decision.affected_kpis = affected_kpis
     decision.review_source = source
+    return review
 
 
 # --- supersede links --------------------------------------------------------------------------

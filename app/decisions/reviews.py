@@ -51,7 +51,7 @@ async def review(ctx: CallContext, p: ReviewDecisionParams) -> ReviewDecisionRes
         raise forbidden(REVIEW_ANY, "reviewing a decision another agent recorded needs this scope")
     now = ctx.services.runtime.now()  # after the lock: the reviews' times follow their order
     now = review_time(now, await repository.last_review_time(ctx.session, decision.id))
-    repository.add_review(
+    review = repository.add_review(
         ctx.session,
         decision,
         outcome=p.outcome,
@@ -66,6 +66,9 @@ async def review(ctx: CallContext, p: ReviewDecisionParams) -> ReviewDecisionRes
     relay = ctx.services.relay
     events = relay.enqueue(ctx.session, decision.id, decision.workspace)
     await ctx.session.flush()
+    ctx.trace("gen_ai.memory.record.id", decision.id)
+    ctx.trace("cstp.review.outcome", p.outcome)
+    ctx.trace_row("decision_reviews", str(review.id))
     result = ReviewDecisionResult(
         success=True,
         id=decision.id,

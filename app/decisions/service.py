@@ -171,7 +171,12 @@ async def record(ctx: CallContext, p: RecordDecisionParams) -> RecordDecisionRes
     fields.update(await _link_intent(ctx, p))
     staged = _evaluate_guardrails(ctx, p)
     fields["guardrail_evaluation_id"] = staged.checked.evaluation_id if staged else None
+    ctx.trace_text("cstp.decision.text", p.decision)
     decision, indexed = await ctx.services.recorder.write(build, staged, prepared, supersedes)
+    ctx.trace("gen_ai.memory.record.id", decision.id)
+    if p.correlation_id is not None:
+        ctx.trace("cstp.correlation_id", p.correlation_id)
+    ctx.trace_row("decisions", decision.id)
     return RecordDecisionResult(
         success=True,
         id=decision.id,

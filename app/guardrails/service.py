@@ -210,7 +210,26 @@ def rule_columns(check: RuleCheck) -> dict[str, Any]:
 
 def evaluate_request(ctx: CallContext, request: Request, source: str) -> Staged:
     """Evaluate (no I/O). -32004 only when no applicable rule could be evaluated. The caller
-    has validated the request's category (app.operations.params.known_category)."""
+    has validated the request's category (app.operations.params.known_category). Traced as
+    the GenAI conventions' ``apply_guardrail`` when tracing is on."""
+    if ctx.span is None:
+        return _evaluate(ctx, request, source)
+    with ctx.span.guardrail() as traced:
+        staged = _evaluate(ctx, request, source)
+        ev = staged.checked.evaluation
+        traced.evaluated(
+            staged.checked.evaluation_id,
+            ev.version,
+            staged.rule_set.hash,
+            allowed=ev.allowed,
+            violations=len(ev.violations),
+            warnings=len(ev.warnings),
+            description=request.description,
+        )
+        return staged
+
+
+def _evaluate(ctx: CallContext, request: Request, source: str) -> Staged:
     facts = facts_of(request)
     rules = ctx.services.rules
     evaluation = evaluate(rules, facts, scope_of(request))

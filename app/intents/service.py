@@ -114,10 +114,12 @@ async def announce(
             _same_intent(stored, fingerprint)
     received_at = runtime.now()
     query = f"{p.intent} {p.context or ''}".strip()
+    ctx.trace_text("gen_ai.memory.query.text", query)
     searched = await similar(
         ctx, query, SearchFilters(category=p.category, workspace=ctx.workspace), SIMILAR_LIMIT
     )
     found = searched.found
+    ctx.trace("gen_ai.memory.record.count", len(found))
     if p.category is not None:
         known_category(p.category, ctx.services.settings.categories, "category")
     staged = evaluate_request(
@@ -197,6 +199,10 @@ async def announce(
         approval=requested,
     )
     written = await ctx.services.announcer.write(announcement)
+    if written:
+        ctx.trace("cstp.intent.id", intent_id)
+        ctx.trace("cstp.correlation_id", correlation_id)
+        ctx.trace_row("intents", intent_id)
     if not written and requested is not None and not again:
         # A concurrent announcement of this correlationId asked for its approval first:
         # answer as a re-announcement of it does.

@@ -140,7 +140,11 @@ def build_mcp_mount(
         principal = _principal(ctx)
         if principal is None:
             raise internal_error()  # the gate always sets it; never run a call without one
-        return await runner.run(operation, arguments, principal, face="mcp")
+        tracing = runner.tracing
+        if tracing is None or not ctx.meta:
+            return await runner.run(operation, arguments, principal, face="mcp")
+        with tracing.continued(ctx.meta):  # the caller's trace: ``_meta.traceparent``
+            return await runner.run(operation, arguments, principal, face="mcp")
 
     def scopes(ctx: ServerRequestContext) -> frozenset[str] | None:
         principal = _principal(ctx)

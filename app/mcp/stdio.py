@@ -8,6 +8,7 @@ Nothing but the protocol goes to stdout; logs go to stderr.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
@@ -34,11 +35,15 @@ class Forwarder:
         self.client = httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=False)
         self.sent = 0
 
-    async def call(self, method: str, params: dict[str, Any]) -> Any:
+    async def call(
+        self, method: str, params: dict[str, Any], trace: Mapping[str, str] | None = None
+    ) -> Any:
+        """``trace``: the caller's trace context headers, passed on to the server."""
         self.sent += 1
         body = {"jsonrpc": "2.0", "id": self.sent, "method": method, "params": params}
+        headers = self.headers if not trace else {**self.headers, **trace}
         try:
-            response = await self.client.post(self.endpoint, json=body, headers=self.headers)
+            response = await self.client.post(self.endpoint, json=body, headers=headers)
         except httpx.HTTPError:
             raise self._unreachable() from None
         if response.status_code == 401:
@@ -79,7 +84,7 @@ async def serve(endpoint: str, token: str) -> None:
     async def call(
         operation: Operation[Any, Any], arguments: dict[str, Any], ctx: ServerRequestContext
     ) -> Any:
-        return await forwarder.call(operation.name, arguments)
+        return await forwarder.call(operation.name, arguments, trace_headers(ctx.meta))
 
     server = build_server(build_registry(), call)
     try:
@@ -87,6 +92,23 @@ async def serve(endpoint: str, token: str) -> None:
             await server.run(read_stream, write_stream, server.create_initialization_options())
     finally:
         await forwarder.aclose()
+
+
+# The W3C trace context a client may put in a request's ``_meta``: the server continues the
+# trace from the same names as HTTP headers (app.rpc.route).
+TRACE_KEYS = ("traceparent", "tracestate")
+
+
+def trace_headers(meta: Mapping[str, Any] | None) -> dict[str, str]:
+    """The trace context headers of a tool call's ``_meta``, as given (the server's
+    propagator checks them), when they can be a header at all."""
+    if not meta:
+        return {}
+    return {key: meta[key] for key in TRACE_KEYS if _header_value(meta.get(key))}
+
+
+def _header_value(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= 512 and value.isascii() and value.isprintable()
 
 
 def run(endpoint: str, token: str) -> None:

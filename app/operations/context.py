@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.scopes import Principal
 
 if TYPE_CHECKING:
+    from app.observability.tracing import CallSpan
     from app.services import Services
 
 
@@ -29,6 +30,8 @@ class CallContext:
     # Which face the call came through: jsonrpc, mcp or console (a person's click, whose
     # review is source ``human``).
     face: str = "jsonrpc"
+    # The call's span while tracing is on (app.observability.tracing); None when it is off.
+    span: CallSpan | None = None
 
     @property
     def agent(self) -> str:
@@ -50,3 +53,20 @@ class CallContext:
     def on_commit(self, callback: Callable[[], Awaitable[None]]) -> None:
         """Run ``callback`` once this call's transaction has committed (outside effects)."""
         self.after_commit.append(callback)
+
+    def trace(self, key: str, value: str | bool | int | float) -> None:
+        """Put ``key`` on the call's span (nothing when tracing is off)."""
+        if self.span is not None:
+            self.span.set(key, value)
+
+    def trace_row(self, table: str, row_id: str) -> None:
+        """Name the audit row this call wrote on its span, and its chain entry's sequence
+        number once committed (nothing when tracing is off)."""
+        if self.span is not None:
+            self.span.row(table, row_id)
+
+    def trace_text(self, key: str, text: str | None) -> None:
+        """A text the caller sent (intent, query, decision), on the span only when
+        CSTP_TRACE_CONTENT is on."""
+        if self.span is not None:
+            self.span.text(key, text)

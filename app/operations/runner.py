@@ -31,6 +31,7 @@ from .params import decode, ensure_object
 from .registry import Operation
 
 if TYPE_CHECKING:
+    from app.observability.tracing import CallSpan, Tracing
     from app.services import Services
 
 log = logging.getLogger("cstp.rpc")
@@ -39,6 +40,8 @@ log = logging.getLogger("cstp.rpc")
 class Runner:
     def __init__(self, services: Services) -> None:
         self.services = services
+        # Set while the app runs with tracing on (app.asgi): a span per call.
+        self.tracing: Tracing | None = None
 
     async def run(
         self,
@@ -54,7 +57,12 @@ class Runner:
         calls = self.services.calls
         calls.running += 1
         try:
-            return await self._call(operation, raw_params, principal, face, request_id)
+            tracing = self.tracing
+            traced = None if tracing is None else tracing.call(operation.name, principal, face)
+            if traced is None:
+                return await self._call(operation, raw_params, principal, face, request_id, None)
+            with traced:
+                return await self._call(operation, raw_params, principal, face, request_id, traced)
         finally:
             calls.running -= 1
 
@@ -65,6 +73,7 @@ class Runner:
         principal: Principal,
         face: str,
         request_id: Any,
+        traced: CallSpan | None,
     ) -> Any:
         started = time.perf_counter()
         agent = principal.agent
@@ -78,7 +87,7 @@ class Runner:
                 params = decode(raw, operation.params)
             except RecursionError:
                 raise invalid_params("params", "is nested too deeply") from None
-            result = await self._run(operation, params, principal, face)
+            result = await self._run(operation, params, principal, face, traced)
         except CstpError as exc:
             error = exc
         except Exception:
@@ -97,14 +106,23 @@ class Runner:
         raise error
 
     async def _run(
-        self, operation: Operation[Any, Any], params: Any, principal: Principal, face: str
+        self,
+        operation: Operation[Any, Any],
+        params: Any,
+        principal: Principal,
+        face: str,
+        traced: CallSpan | None,
     ) -> Any:
         try:
             if not operation.transaction:  # it commits in batches (app.batches)
-                ctx = CallContext(principal, operation.name, self.services, None, face=face)
+                ctx = CallContext(
+                    principal, operation.name, self.services, None, face=face, span=traced
+                )
                 return await operation.handler(ctx, params)
             async with self.services.db.transaction(write=operation.writes) as session:
-                ctx = CallContext(principal, operation.name, self.services, session, face=face)
+                ctx = CallContext(
+                    principal, operation.name, self.services, session, face=face, span=traced
+                )
                 result = await operation.handler(ctx, params)
         except (SQLAlchemyError, OSError):
             # OSError: asyncpg raises ConnectionRefusedError (and TimeoutError) unwrapped when

@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.decisions import Decision
 from app.db.outbox import EventKind, OutboxEvent, Status
+from app.observability import tracing
 
 from . import repository
 from .events import Event, RelayStats, Results
@@ -99,14 +100,16 @@ class Relay(BackgroundRelay):
         read back; they are exactly what was committed. An event whose lease has run out, or
         nearly (a pass held up by a stalled index or a busy machine), is taken back first
         (``_retake``) and left alone when another relay claimed it meanwhile."""
-        events = await self._retake(events)
-        work = [
-            Event.of(e.id, e.kind, e.decision_id, e.attempts, e.unknown_failures) for e in events
-        ]
-        results = await run_events(self, work, {d.id: d for d in decisions})
-        self._note(work, results)
-        self._settle_later(work, results)
-        return self._settlement(work, results, self.runtime.now()).stats()
+        with tracing.span("outbox process", {"cstp.outbox.events": len(events)}):
+            events = await self._retake(events)
+            work = [
+                Event.of(e.id, e.kind, e.decision_id, e.attempts, e.unknown_failures)
+                for e in events
+            ]
+            results = await run_events(self, work, {d.id: d for d in decisions})
+            self._note(work, results)
+            self._settle_later(work, results)
+            return self._settlement(work, results, self.runtime.now()).stats()
 
     async def _retake(self, events: Sequence[OutboxEvent]) -> list[OutboxEvent]:
         """The events still ours: those with at least half their lease left as they are, the

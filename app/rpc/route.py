@@ -9,6 +9,7 @@ from litestar.exceptions import ClientException
 from litestar.handlers import HTTPRouteHandler
 
 from app.bearer import JSON, authenticate
+from app.observability.tracing import Tracing
 
 from .dispatcher import Dispatcher
 
@@ -28,7 +29,12 @@ def build_rpc_route(max_body_bytes: int) -> HTTPRouteHandler:
                 return Response(message, status_code=413, media_type=JSON)
             raise
         dispatcher: Dispatcher = state.dispatcher
-        answer = await dispatcher.handle(body, principal)
+        tracing: Tracing | None = state.tracing
+        if tracing is None:
+            answer = await dispatcher.handle(body, principal)
+        else:  # the calls continue the caller's trace (a traceparent header)
+            with tracing.continued(request.headers):
+                answer = await dispatcher.handle(body, principal)
         if answer is None:
             return Response(b"", status_code=204)
         return Response(answer, status_code=200, media_type=JSON)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,6 +39,7 @@ from chromadb.api.client import Client
 from chromadb.api.models.Collection import Collection
 
 from app.db.base import DEFAULT_WORKSPACE
+from app.observability import tracing
 from app.search import chroma as chroma_ops
 from app.search.batching import MAX_FLUSH_ENTRIES, WriteBatcher
 from app.search.chroma import ChromaCollection, clean_metadata, replace
@@ -93,6 +95,10 @@ class VectorIndex:
         self._others: dict[str, ChromaCollection] = {}
         self._batcher = WriteBatcher(embedder, self._flush, self.stats)
         self._health = Health(self.stats, self.ping)
+        self._embedding = (
+            f"embeddings {embedder.model_id}",
+            {"gen_ai.operation.name": "embeddings", "gen_ai.request.model": embedder.model_id},
+        )
 
     @classmethod
     def embedded(cls, path: Path, embedder: Embedder, collection: str = "decisions") -> VectorIndex:
@@ -203,7 +209,8 @@ class VectorIndex:
         Concurrent callers are coalesced: one flusher at a time writes everything pending in
         one embedding batch and one Chroma call, then resolves every waiting caller.
         """
-        await self._batcher.upsert(entries)
+        with _chroma_span("upsert", self.name):
+            await self._batcher.upsert(entries)
 
     async def prepare(self, texts: Sequence[str]) -> None:
         """Embed ``texts`` ahead of their upsert, e.g. while the transaction that writes the
@@ -250,7 +257,8 @@ class VectorIndex:
 
     def _embed_one(self, text: str) -> list[float]:
         try:
-            return list(self._embedder.embed([text])[0])
+            with tracing.span(*self._embedding):
+                return list(self._embedder.embed([text])[0])
         except Exception as exc:
             raise unavailable(exc) from exc
 
@@ -283,7 +291,8 @@ class VectorIndex:
             vector = self._embed_one(text)
             if limit < 1:
                 return vector, []
-            return vector, chroma.run(chroma_ops.nearest(vector, where, limit, metadata))
+            with _chroma_span("query", chroma.name):
+                return vector, chroma.run(chroma_ops.nearest(vector, where, limit, metadata))
 
         vector, hits = await self._health.call(work)
         self.stats.queries += 1
@@ -303,7 +312,10 @@ class VectorIndex:
         faster."""
         if limit < 1:
             return []
-        hits = await self._op(chroma_ops.nearest(list(vector), where, limit, metadata), workspace)
+        with _chroma_span("query", self._collection(workspace).name):
+            hits = await self._op(
+                chroma_ops.nearest(list(vector), where, limit, metadata), workspace
+            )
         self.stats.queries += 1
         return hits
 
@@ -316,9 +328,10 @@ class VectorIndex:
         wanted = list(dict.fromkeys(ids))
         if not wanted:
             return {}
-        return await self._op(
-            functools.partial(chroma_ops.distances, vector=vector, ids=wanted), workspace
-        )
+        with _chroma_span("get", self._collection(workspace).name):
+            return await self._op(
+                functools.partial(chroma_ops.distances, vector=vector, ids=wanted), workspace
+            )
 
     async def get_metadata(
         self, ids: Sequence[str], *, workspace: str
@@ -328,7 +341,8 @@ class VectorIndex:
         wanted = list(dict.fromkeys(ids))
         if not wanted:
             return {}
-        return await self._op(functools.partial(chroma_ops.metadata_of, ids=wanted), workspace)
+        with _chroma_span("get", self._collection(workspace).name):
+            return await self._op(functools.partial(chroma_ops.metadata_of, ids=wanted), workspace)
 
     async def count(self, workspace: str = DEFAULT_WORKSPACE) -> int:
         """Number of documents indexed for ``workspace``."""
@@ -351,3 +365,15 @@ class VectorIndex:
         first."""
         for chroma in (self._chroma, *self._others.values()):
             chroma.close()
+
+
+def _chroma_span(operation: str, collection: str) -> AbstractContextManager[object]:
+    """A child span of the running call around a Chroma call (tracing on; else nothing)."""
+    return tracing.span(
+        f"{operation} {collection}",
+        {
+            "db.system.name": "chromadb",
+            "db.operation.name": operation,
+            "db.collection.name": collection,
+        },
+    )

@@ -233,7 +233,9 @@ async def query_decisions(ctx: CallContext, p: QueryDecisionsParams) -> QueryDec
         p.filters, workspace=ctx.workspace, include_superseded=p.include_superseded
     )
     mode: Mode = p.retrieval_mode or default_mode(ctx)
+    ctx.trace_text("gen_ai.memory.query.text", p.query)
     found = await find(ctx, p.query, filters, p.limit, reasons=p.include_reasons, mode=mode)
+    ctx.trace("gen_ai.memory.record.count", len(found))
     return QueryDecisionsResult(
         decisions=[summary(f, include_reasons=p.include_reasons) for f in found],
         total=len(found),
