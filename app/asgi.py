@@ -19,9 +19,7 @@ from .console.routes import build_console
 from .console.routes import template_config as console_template_config
 from .db.engine import trace_commits
 from .mcp.http import build_mcp_mount
-from .observability import chain as chain_verification
 from .observability import tracing as otel
-from .observability.routes import metrics
 from .operations.registry import Registry
 from .operations.runner import Runner
 from .rpc import discover
@@ -31,7 +29,9 @@ from .runtime import Runtime
 from .scopes import agent_principal
 from .search.embedder import Embedder
 from .services import build_services
+from .system import chain_verification
 from .system.ci_hook import build_ci_route
+from .system.metrics import metrics
 from .system.routes import agent_card, health, ready
 from .table import build_registry as build_operations
 

@@ -71,7 +71,7 @@ class Settings:
     # (app/webhooks/secrets.py). Never stored in the database, never shown.
     webhook_key: bytes | None = field(default=None, repr=False)
     # How often a server process verifies the whole audit chain for the metrics
-    # (``cstp_audit_chain_problems``; app.observability.chain), in seconds; 0: never. Each
+    # (``cstp_audit_chain_problems``; app.system.chain_verification), in seconds; 0: never. Each
     # verification reads every entry and audited row, on a thread of its own.
     audit_verify_seconds: int = 0
     # Whether trace spans carry the callers' texts (an intent, a query, a decision): off,

@@ -73,7 +73,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             action="append",
             default=[],
             metavar="CSTP_X=V",
-            help="a setting of that server (repeatable)",
+            help="a setting of that server (repeatable; OTEL_* variables too)",
         )
         p.add_argument(
             f"--{side}-token",
@@ -98,8 +98,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--{side}-source {source} is not a working tree of this project")
         setattr(args, f"{side}_source", source)
         pairs = getattr(args, f"{side}_env")
-        if any("=" not in e or not e.startswith("CSTP_") for e in pairs):
-            p.error(f"--{side}-env takes CSTP_NAME=value")
+        # OTEL_*: the standard variables that turn tracing on (docs/OPERATIONS.md)
+        if any("=" not in e or not e.startswith(("CSTP_", "OTEL_")) for e in pairs):
+            p.error(f"--{side}-env takes CSTP_NAME=value or OTEL_NAME=value")
         setattr(args, f"{side}_settings", dict(e.split("=", 1) for e in pairs))
     return args
 

@@ -1,13 +1,16 @@
-"""What an operator's monitoring reads of the server: ``GET /metrics`` (SPEC.md, section 11).
+"""What an operator's monitoring reads of the server (SPEC.md, section 11): the low-level
+instruments every layer may use, importing no context of the domain.
 
 - ``metrics``: the instruments updated as the server works (the runner's calls, the
   guardrail evaluations, the chain verification), in one process or across ``cstp serve``'s
-  worker processes;
-- ``scrape``: the series read from the database and the dependencies at each scrape;
-- ``dependencies``: whether the database, the vector index and Redis answer (also /ready's);
-- ``chain``: the periodic verification of the audit chain (``CSTP_AUDIT_VERIFY_INTERVAL``);
-- ``routes``: the route;
+  worker processes (``shared_dir``);
+- ``tracing``: OpenTelemetry spans, off unless the ``OTEL_*`` variables ask for them;
 - ``logs``: the JSON log lines of ``CSTP_LOG_FORMAT=json``.
+
+What reads the domain lives with the other operators' routes in app/system/: ``metrics``
+(``GET /metrics``), ``scrape`` (the series read from the database and the dependencies at
+each scrape), ``dependencies`` (also /ready's) and ``chain_verification`` (the periodic
+verification of the audit chain, ``CSTP_AUDIT_VERIFY_INTERVAL``).
 
 The series (labels in braces; every label value comes from a bounded set: the server's
 methods, faces and error codes, the operator's rule files, fixed statuses):

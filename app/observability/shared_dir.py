@@ -1,6 +1,6 @@
 """The directory the worker processes of one ``cstp serve`` share for their metrics: the
 library's value files (its multiprocess mode) and the chain verification's schedule
-(app.observability.chain). Set up by ``cstp serve`` before any process imports the library,
+(app.system.chain_verification). Set up by ``cstp serve`` before any process imports the library,
 which chooses once, when imported, where it keeps values: so this module must not import it.
 """
 

@@ -8,10 +8,11 @@ from typing import Any
 from litestar import Request, Response, get
 
 from app.db import migrate
-from app.observability import dependencies
 from app.outbox.admin import counts
 from app.version import __version__
 from app.webhooks import admin as webhooks
+
+from . import dependencies
 
 CSTP_PROTOCOL_VERSION = "1.0"
 

@@ -13,8 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.config import ConfigError, Settings
 from app.guardrails.evaluate import RuleCheck
-from app.observability.chain import Schedule
 from app.observability.metrics import Metrics, Scrape
+from app.system.chain_verification import Schedule
 
 
 def samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -14,10 +14,10 @@ from litestar import Request, Response, get
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.bearer import JSON, authenticate
+from app.observability.metrics import Families, Scrape
 from app.scopes import METRICS
 
 from . import scrape
-from .metrics import Families, Scrape
 
 FORBIDDEN = b'{"error":"forbidden","message":"GET /metrics needs a token with scope metrics"}'
 

@@ -24,9 +24,8 @@ from pathlib import Path
 
 from app.audit import live
 from app.config import Settings
-
-from .metrics import Metrics
-from .shared_dir import VERIFIED_FILE, VERIFY_LOCK_FILE
+from app.observability.metrics import Metrics
+from app.observability.shared_dir import VERIFIED_FILE, VERIFY_LOCK_FILE
 
 log = logging.getLogger("cstp.audit")
 
