@@ -44,7 +44,13 @@ async def families(services: Services) -> list[Metric]:
     limits = await dependencies.rate_limit_store(services)
     if limits is not None:
         up.add_metric(["redis"], float(limits == "ok"))
-    found: list[Metric] = [up]
+    interval = GaugeMetricFamily(
+        "cstp_audit_chain_verify_interval_seconds",
+        "How often a server process verifies the whole audit chain "
+        "(CSTP_AUDIT_VERIFY_INTERVAL); 0: never, so no verification is to be expected",
+        value=services.settings.audit_verify_seconds,
+    )
+    found: list[Metric] = [up, interval]
     if database:
         for read in (_outbox, _webhooks, _approvals, _chain_head):
             family = await _read(read, services)

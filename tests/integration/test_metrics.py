@@ -369,6 +369,9 @@ async def test_the_chain_series_appear_once_verified_and_count_its_problems(
     }
     assert not names(await scrape(monitored)) & chain_series  # never verified: absent
     assert "cstp_audit_chain_head_seq" in names(await scrape(monitored))
+    # ... and the server says it never will (so the alerts on them stay silent)
+    interval = "cstp_audit_chain_verify_interval_seconds"
+    assert series(await scrape(monitored), interval) == {(): 0.0}
 
     every_hour = dataclasses.replace(settings, audit_verify_seconds=3600)
     before = time.time()
@@ -376,6 +379,7 @@ async def test_the_chain_series_appear_once_verified_and_count_its_problems(
         add_token(client, MONITOR, "prom", "monitor")
         text = await verified(client)
     assert series(text, "cstp_audit_chain_problems") == {(): 0.0}
+    assert series(text, interval) == {(): 3600.0}
     (stamp,) = series(text, "cstp_audit_chain_verified_timestamp_seconds").values()
     assert before <= stamp <= time.time()
 

@@ -33,6 +33,7 @@ SERIES = {
     "cstp_audit_chain_head_seq",
     "cstp_audit_chain_problems",
     "cstp_audit_chain_verified_timestamp_seconds",
+    "cstp_audit_chain_verify_interval_seconds",
 }
 HISTOGRAMS = {"cstp_call_duration_seconds"}
 PROMETHEUS_OWN = {"up"}
