@@ -20,6 +20,7 @@ answers None, without it.
 from __future__ import annotations
 
 import os
+import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -412,16 +413,62 @@ class Guardrail:
             self.call.row("guardrail_evaluations", evaluation_id)
 
 
+#: A child span (a database read or commit, an embedding, an index call) is kept only when
+#: its work took at least this long: spans cost the call itself (made, queued and encoded in
+#: the server's process), and a trace needs to show where the time went, not every quick
+#: read (docs/PERFORMANCE.md, "Observability's cost"). Tests set it to 0 to see them all.
+SLOW_CHILD_NS = 1_000_000
+
+
 def span(
     name: str, attributes: Mapping[str, AttributeValue] | None = None
-) -> AbstractContextManager[Span | None]:
-    """A child span of the running call around a ``with`` block (a context manager that
-    gives the span); nothing outside a call, or once the call has ended (a task it started
-    that outlives it). For the database, the embedder and the vector index."""
+) -> AbstractContextManager[None]:
+    """A child span of the running call for the work of a ``with`` block, made once the block
+    has ended and only when it took ``SLOW_CHILD_NS`` or more; nothing outside a call, or once
+    the call has ended (a task it started that outlives it). For the database, the embedder
+    and the vector index."""
     call = _current.get()
     if call is None or not call.open:
         return _NOTHING
-    return child(call.tracer, name, attributes)
+    return _timed(call, name, attributes)
+
+
+@contextmanager
+def _timed(
+    call: CallSpan, name: str, attributes: Mapping[str, AttributeValue] | None
+) -> Iterator[None]:
+    start = time.time_ns()
+    error: BaseException | None = None
+    try:
+        yield
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        _after_the_fact(call, name, attributes, start, error)
+
+
+def _after_the_fact(
+    call: CallSpan,
+    name: str,
+    attributes: Mapping[str, AttributeValue] | None,
+    start: int,
+    error: BaseException | None = None,
+    *,
+    ok: bool = True,
+) -> None:
+    """The span of work that ran from ``start`` until now, under the call's span, when it
+    was slow enough to keep or failed (a failure is always worth a span)."""
+    end = time.time_ns()
+    if end - start < SLOW_CHILD_NS and error is None and ok:
+        return
+    parent = trace.set_span_in_context(call.span)
+    made = call.tracer.start_span(name, parent, attributes=attributes, start_time=start)
+    if error is not None:
+        failed(made, error)
+    elif not ok:
+        made.set_status(Status(StatusCode.ERROR))
+    made.end(end_time=end)
 
 
 @contextmanager
@@ -486,17 +533,27 @@ def committed(entries: Sequence[Covered], first: int) -> None:
 # ---------------------------------------------------------------- spans across events
 
 
-def started(name: str, attributes: Mapping[str, AttributeValue]) -> Span | None:
-    """A child span of the running call, started now and not made current, for work that
-    begins and ends in two callbacks (a database commit: app.db.engine); the caller ends
-    it. None outside a call, or once it has ended."""
+class Started:
+    """Work begun in one callback and ended in another (a database commit: app.db.engine).
+    (Not a dataclass: the module also loads where no OpenTelemetry is, outside sys.modules
+    in a test, where a dataclass cannot resolve its annotations.)"""
+
+    __slots__ = ("attributes", "call", "name", "start")
+
+    def __init__(
+        self, call: CallSpan, name: str, attributes: Mapping[str, AttributeValue], start: int
+    ) -> None:
+        self.call, self.name, self.attributes, self.start = call, name, attributes, start
+
+
+def started(name: str, attributes: Mapping[str, AttributeValue]) -> Started | None:
+    """Work of the running call beginning now, whose span ``ended`` makes when it was slow
+    enough (``SLOW_CHILD_NS``). None outside a call, or once it has ended."""
     call = _current.get()
     if call is None or not call.open:
         return None
-    return call.tracer.start_span(name, attributes=attributes)
+    return Started(call, name, attributes, time.time_ns())
 
 
-def ended(made: Span, *, ok: bool = True) -> None:
-    if not ok:
-        made.set_status(Status(StatusCode.ERROR))
-    made.end()
+def ended(made: Started, *, ok: bool = True) -> None:
+    _after_the_fact(made.call, made.name, made.attributes, made.start, ok=ok)

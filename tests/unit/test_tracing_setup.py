@@ -121,3 +121,38 @@ def test_cstp_mcp_passes_a_tool_calls_trace_context_on_as_headers() -> None:
     meta = {"traceparent": parent, "tracestate": "bad\r\nX-Injected: 1", "progressToken": 3}
     assert trace_headers(meta) == {"traceparent": parent}
     assert trace_headers(None) == {}
+
+
+def test_child_spans_are_kept_for_slow_or_failed_work_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A quick read costs the call a span and tells nobody where time went: a child span is
+    made after its work, and only when that work was slow or failed, under the call's span
+    and with the work's own start and end."""
+    import time
+
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    monkeypatch.setattr(tracing, "SLOW_CHILD_NS", 5_000_000)
+    with tracing.CallSpan(tracer, tracer.start_span("call"), None, False):
+        with tracing.span("SELECT", {"db.operation.name": "SELECT"}):
+            pass
+        with tracing.span("embeddings model"):
+            time.sleep(0.01)
+        with pytest.raises(ValueError), tracing.span("query decisions"):
+            raise ValueError("the index is down")
+        commit = tracing.started("COMMIT", {"db.operation.name": "COMMIT"})
+        assert commit is not None
+        tracing.ended(commit, ok=False)
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert set(spans) == {"call", "embeddings model", "query decisions", "COMMIT"}
+    slow = spans["embeddings model"]
+    assert slow.parent is not None and slow.parent.span_id == spans["call"].context.span_id
+    assert slow.end_time is not None and slow.start_time is not None
+    assert slow.end_time - slow.start_time >= 10_000_000
+    assert spans["query decisions"].attributes["error.type"] == "ValueError"
+    assert not spans["COMMIT"].status.is_ok
