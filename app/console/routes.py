@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from litestar import Router
-from litestar.datastructures import ResponseHeader
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
@@ -28,6 +27,8 @@ from .core import Console, NotSignedIn, Refused, not_signed_in, show_refusal
 from .sessions import SessionStore
 
 if TYPE_CHECKING:
+    from litestar.types import ASGIApp, Message, Receive, Scope, Send
+
     from app.auth import TokenTable
     from app.operations.registry import Registry
     from app.operations.runner import Runner
@@ -41,12 +42,32 @@ POLICY = (
     "frame-ancestors 'none'; base-uri 'none'"
 )
 HEADERS = [
-    ResponseHeader(name="Content-Security-Policy", value=POLICY),
-    ResponseHeader(name="X-Frame-Options", value="DENY"),
-    ResponseHeader(name="X-Content-Type-Options", value="nosniff"),
-    ResponseHeader(name="Referrer-Policy", value="no-referrer"),
-    ResponseHeader(name="Cache-Control", value="no-store"),
+    (b"content-security-policy", POLICY.encode()),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cache-control", b"no-store"),
 ]
+
+
+def guarded(app: ASGIApp) -> ASGIApp:
+    """Every answer under /console carries HEADERS: pages, redirects, error pages and the
+    stylesheet alike. (A router's ``response_headers`` reach only what a handler returns,
+    not the answer an exception handler renders.)"""
+
+    async def send_guarded(scope: Scope, receive: Receive, send: Send) -> None:
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                kept = [h for h in message.get("headers", []) if h[0].lower() not in NAMES]
+                message["headers"] = [*kept, *HEADERS]
+            await send(message)
+
+        await app(scope, receive, sending)
+
+    return send_guarded
+
+
+NAMES = {name for name, _ in HEADERS}
 
 
 def _when(value: object) -> str:
@@ -94,12 +115,14 @@ def build_console(
             oversight.verify_chain,
         ],
         exception_handlers={NotSignedIn: not_signed_in, Refused: show_refusal},
-        response_headers=HEADERS,
         # Forms are held to the API's body cap; their fields to the API's limits (the runner
         # validates every call's params).
         request_max_body_size=services.settings.max_body_bytes,
         include_in_schema=False,
-        middleware=[continue_traces],  # a page's calls continue a caller's traceparent
+        # every answer guarded; a page's calls continue a caller's traceparent
+        middleware=[guarded, continue_traces],
     )
-    static = create_static_files_router(path="/console/static", directories=[HERE / "static"])
+    static = create_static_files_router(
+        path="/console/static", directories=[HERE / "static"], middleware=[guarded]
+    )
     return console, pages, static

@@ -324,6 +324,17 @@ async def test_caller_text_is_escaped_and_the_headers_forbid_scripts_and_frames(
     login = await AppClient(client.app).get("/console/login")
     assert login.headers["x-frame-options"] == "DENY"
     assert "<script" not in login.text
+    # error pages, redirects and the stylesheet too, not only the pages a handler renders
+    stranger = AppClient(client.app)
+    for answer in (
+        await http.get("/console/audit"),  # 403: no audit scope
+        await http.get("/console/decisions/nothere1"),  # 404
+        await stranger.get("/console/ready"),  # 303 to sign in
+        await stranger.get("/console/static/console.css"),
+    ):
+        assert answer.status_code in (200, 303, 403, 404), answer
+        assert answer.headers["x-frame-options"] == "DENY", answer
+        assert "default-src 'none'" in answer.headers["content-security-policy"], answer
 
 
 async def test_search_filters_and_paging(client: AppClient, rpc: Rpc) -> None:
