@@ -28,7 +28,6 @@ server reports no timing of its own.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
 import os
@@ -352,15 +351,9 @@ def main(argv: list[str] | None = None) -> int:
     (rules / "approvals.yaml").write_text(RULES, encoding="utf-8")
     # the import and `cstp tokens create` run with the server's environment too
     prepared.server.env["CSTP_GUARDRAILS_DIR"] = str(rules)
-    try:
-        report = asyncio.run(bench(args, prepared))
-    except BenchError as exc:
-        log(f"error: {exc}")
+    report = prepared.run(lambda ready: bench(args, ready), args.database_url, out, log)
+    if report is None:
         return 2
-    finally:
-        prepared.server.stop()
-        prepared.drop_database(args.database_url, log)
-        prepared.finish(out, False, log)
     out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(
         f"{report['decisions']:,} decisions ({report['reviewed']:,} reviewed), "

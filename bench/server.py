@@ -19,9 +19,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -29,6 +30,9 @@ import httpx
 HOST = "127.0.0.1"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOOPBACK_DB_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+T = TypeVar("T")
 
 
 class BenchError(RuntimeError):
@@ -273,6 +277,26 @@ class Prepared:
             log(f"[postgres] dropped database {self.pg_name}")
         except Exception as exc:  # tell the operator, do not hide it
             log(f"[postgres] could not drop {self.pg_name}: {exc}")
+
+    def run(
+        self,
+        work: Callable[[Prepared], Coroutine[Any, Any, T]],
+        database_url: str | None,
+        out: Path,
+        log: Callable[[str], None],
+    ) -> T | None:
+        """``work(self)`` to its end, then the server stopped, its Postgres database dropped
+        and its log kept beside ``out`` whatever happened; None when ``work`` stopped with a
+        BenchError (said in the log): the single-run harnesses' main."""
+        try:
+            return asyncio.run(work(self))
+        except BenchError as exc:
+            log(f"error: {exc}")
+            return None
+        finally:
+            self.server.stop()
+            self.drop_database(database_url, log)
+            self.finish(out, False, log)
 
     def finish(self, out: Path, keep_data: bool, log: Callable[[str], None]) -> None:
         """Keep the server's log beside the result; remove the data dir unless asked to keep it."""

@@ -156,15 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or REPO_ROOT / "bench" / "results" / f"workspaces-{int(time.time())}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     prepared = prepare_server("cstp-workspaces-", args.database_url, 64, {}, log)
-    try:
-        report = asyncio.run(bench(args, prepared))
-    except BenchError as exc:
-        log(f"error: {exc}")
+    report = prepared.run(lambda ready: bench(args, ready), args.database_url, out, log)
+    if report is None:
         return 2
-    finally:
-        prepared.server.stop()
-        prepared.drop_database(args.database_url, log)
-        prepared.finish(out, False, log)
     out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(
         f"{report['big']:,} decisions in default, {report['small']:,} in {SMALL}, "

@@ -11,6 +11,8 @@ from typing import Any
 # The plot area inside each picture's box, in SVG user units.
 LEFT, TOP, SIZE = 48, 16, 280
 WIDTH, HEIGHT = LEFT + SIZE + 16, TOP + SIZE + 40
+#: Where each picture's template draws its box, axes and labels.
+FRAME = {"width": WIDTH, "height": HEIGHT, "left": LEFT, "top": TOP, "size": SIZE}
 
 
 def _x(value: float) -> float:
@@ -55,11 +57,7 @@ def reliability(buckets: list[dict[str, Any]]) -> dict[str, Any]:
         )
     ticks = [(round(i / 5, 1), _x(i / 5), _y(i / 5)) for i in range(6)]
     return {
-        "width": WIDTH,
-        "height": HEIGHT,
-        "left": LEFT,
-        "top": TOP,
-        "size": SIZE,
+        **FRAME,
         "diagonal": (_x(0), _y(0), _x(1), _y(1)),
         "ticks": ticks,
         "points": points,
@@ -101,11 +99,7 @@ def brier_over_time(
     labels = [(f"{start:%b}", round(LEFT + i * step, 1)) for i, (start, _, _) in enumerate(months)]
     ticks = [(round(top * i / 4, 2), _y(top * i / 4, top)) for i in range(5)]
     return {
-        "width": WIDTH,
-        "height": HEIGHT,
-        "left": LEFT,
-        "top": TOP,
-        "size": SIZE,
+        **FRAME,
         "points": points,
         "line": " ".join(f"{p.x},{p.y}" for p in points),
         "labels": labels,

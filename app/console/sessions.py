@@ -59,12 +59,11 @@ class Person:
 
 @dataclass(frozen=True)
 class Session:
-    """A session row as read: which token signed in, and until when."""
+    """A live session as read: which token signed in, and its forms' CSRF token."""
 
     id: str
     token_digest: bytes
     csrf: str
-    expires_at: datetime
 
 
 class SessionStore:
@@ -95,7 +94,7 @@ class SessionStore:
         row = await repository.session(self.db, _digest(cookie))
         if row is None or row.ended_at is not None or row.expires_at <= now:
             return None
-        return Session(row.id, bytes.fromhex(row.token_digest), row.csrf, row.expires_at)
+        return Session(row.id, bytes.fromhex(row.token_digest), row.csrf)
 
     async def end(self, session_id: str, now: datetime) -> None:
         await repository.end_session(self.db, session_id, now)

@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
+from support.console import ESCALATE_RULES
 from support.processes import CSTP, cstp_servers
 
 CHROMIUM_FLAGS = [
@@ -35,16 +36,6 @@ CHROMIUM_FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-RULES = """
-guardrails:
-  - id: prod-deploy
-    description: A production deploy needs a person's approval
-    action: escalate
-    timeout: 2h
-    conditions:
-      - {field: production, operator: "==", value: true}
-    message: A production deploy needs approval
-"""
 ROLES = {"reviewer": "rita", "approver": "abe", "auditor": "aud"}
 
 
@@ -83,7 +74,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     folder = tmp_path_factory.mktemp("console")
     rules = folder / "rules"
     rules.mkdir()
-    (rules / "approvals.yaml").write_text(RULES, encoding="utf-8")
+    (rules / "approvals.yaml").write_text(ESCALATE_RULES, encoding="utf-8")
     env = {
         "CSTP_DATABASE_URL": f"sqlite+aiosqlite:///{folder / 'cstp.db'}",
         "CSTP_AUTH_TOKENS": "alice:token-alice",

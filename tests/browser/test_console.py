@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
+from support.console import HOSTILE
+
 from .conftest import Served, Shots
 
 pytestmark = pytest.mark.slow
-
-HOSTILE = "<script>alert(1)</script><img src=x onerror=alert(2)>"
 
 
 @pytest.fixture

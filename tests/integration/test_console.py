@@ -4,7 +4,6 @@ as over JSON-RPC. tests/browser drives the same pages in a real browser."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import html
 import json
@@ -14,16 +13,14 @@ from typing import Any
 
 import httpx
 import pytest
-from click.testing import CliRunner
 
-from app.cli import main
 from app.config import Settings, parse_rate_limits
 from support.app import AppClient, Rpc
+from support.console import ESCALATE_RULES, HOSTILE, cstp, token
 from support.waiting import poll_until
 
 pytestmark = pytest.mark.usefixtures("commands_share_the_model")
 
-HOSTILE = "<script>alert(1)</script><img src=x onerror=alert(2)>"
 PAGES = [
     "/console/decisions",
     "/console/decisions/abcd1234",
@@ -33,16 +30,6 @@ PAGES = [
     "/console/guardrails",
     "/console/audit",
 ]
-RULES = """
-guardrails:
-  - id: prod-deploy
-    description: A production deploy needs a person's approval
-    action: escalate
-    timeout: 2h
-    conditions:
-      - {field: production, operator: "==", value: true}
-    message: A production deploy needs approval
-"""
 DEPLOY = {
     "intent": f"Deploy billing {HOSTILE}",
     "category": "process",
@@ -50,18 +37,6 @@ DEPLOY = {
     "metadata": {"production": True},
     "correlationId": "deploy-1",
 }
-
-
-async def cstp(url: str, *args: str) -> str:
-    env = {"CSTP_DATABASE_URL": url, "CSTP_AUDIT_KEY": None, "CSTP_AUDIT_KEY_FILE": None}
-    done = await asyncio.to_thread(CliRunner().invoke, main, list(args), env=env)
-    assert done.exit_code == 0, done.output
-    return str(done.stdout)
-
-
-async def token(url: str, agent: str, *args: str) -> str:
-    made = await cstp(url, "tokens", "create", "--agent", agent, *args, "--json")
-    return str(json.loads(made)["token"])
 
 
 def csrf_of(page: httpx.Response) -> str:
@@ -92,7 +67,7 @@ async def record(rpc: Rpc, text: str, confidence: float = 0.8, **more: Any) -> s
 def escalating(settings: Settings, tmp_path: Path) -> Settings:
     rules = tmp_path / "rules"
     rules.mkdir()
-    (rules / "approvals.yaml").write_text(RULES, encoding="utf-8")
+    (rules / "approvals.yaml").write_text(ESCALATE_RULES, encoding="utf-8")
     return dataclasses.replace(settings, guardrails_dir=rules)
 
 

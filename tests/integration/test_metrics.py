@@ -9,7 +9,6 @@ two workers counts both."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import logging
@@ -23,16 +22,15 @@ from typing import Any
 
 import httpx
 import pytest
-from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.asgi import create_app
-from app.cli import main
 from app.config import Settings, parse_rate_limits
 from app.outbox import admin
 from app.runtime import Runtime
 from app.search.embedder import Embedder
 from support.app import SEED_DECISION, AppClient, Rpc, add_token, serve_app
+from support.console import cstp, token
 from support.databases import USE_PG, run_sql
 from support.processes import ChromaServer, cstp_servers
 from support.waiting import poll_until
@@ -92,18 +90,6 @@ def logged_calls(caplog: pytest.LogCaptureFixture) -> Counter[tuple[str, str, st
         if r.name == "cstp.rpc" and r.getMessage().startswith("{")
     ]
     return Counter((c["method"], c["face"], c["outcome"]) for c in lines if c["event"] == "rpc")
-
-
-async def cstp(url: str, *args: str) -> str:
-    env = {"CSTP_DATABASE_URL": url, "CSTP_AUDIT_KEY": None, "CSTP_AUDIT_KEY_FILE": None}
-    done = await asyncio.to_thread(CliRunner().invoke, main, list(args), env=env)
-    assert done.exit_code == 0, done.output
-    return str(done.stdout)
-
-
-async def created_token(url: str, agent: str, *args: str) -> str:
-    made = await cstp(url, "tokens", "create", "--agent", agent, *args, "--json")
-    return str(json.loads(made)["token"])
 
 
 @pytest.fixture
@@ -413,13 +399,13 @@ async def test_metrics_needs_a_token_with_the_metrics_scope(
     assert agent.status_code == 403 and agent.json()["error"] == "forbidden"
     assert "cstp_" not in agent.text
 
-    prom = await created_token(database_url, "prom", "--role", "monitor")
+    prom = await token(database_url, "prom", "--role", "monitor")
     text = await scrape(client, prom)
     assert "cstp_dependency_up" in names(text)
     # the monitor's token reads the metrics and calls nothing
     denied = await Rpc(client).error("cstp.listDecisions", {}, token=prom)
     assert denied["code"] == -32010
-    auditor = await created_token(database_url, "audra", "--role", "auditor")
+    auditor = await token(database_url, "audra", "--role", "auditor")
     answer = await client.get("/metrics", headers={"Authorization": f"Bearer {auditor}"})
     assert answer.status_code == 403
 
@@ -450,7 +436,7 @@ async def test_the_scrapes_of_two_servers_add_up_to_the_calls_made(
 ) -> None:
     if not USE_PG:
         pytest.skip("several server processes on one database: Postgres")
-    prom = await created_token(database_url, "prom", "--role", "monitor")
+    prom = await token(database_url, "prom", "--role", "monitor")
     settings = [server_settings(database_url, tmp_path, n) for n in range(2)]
     made = (3, 5)
     with cstp_servers(tmp_path, settings) as bases:
@@ -488,9 +474,7 @@ async def test_one_scrape_counts_every_worker_of_a_server(
     if not USE_PG:
         pytest.skip("several server processes on one database: Postgres")
     chroma_server.start()
-    prom = {
-        "Authorization": f"Bearer {await created_token(database_url, 'prom', '--role', 'monitor')}"
-    }
+    prom = {"Authorization": f"Bearer {await token(database_url, 'prom', '--role', 'monitor')}"}
     own = server_settings(database_url, tmp_path, 0, CSTP_CHROMA_URL=chroma_server.url)
     with cstp_servers(tmp_path, [own], ["--workers", "2"]) as (base,):
         port = base.rsplit(":", 1)[1]
