@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.orm import Session
 
-from app.observability import tracing
+from app.observability import spans
 
 from . import sqlite_driver
 
@@ -228,7 +228,7 @@ class Database:
         caller's ``session`` when given (its transaction sees the same committed rows, and a
         second connection would cost a checkout, a BEGIN and a COMMIT), else one of its own.
         """
-        with tracing.span("SELECT", self._read_attributes):
+        with spans.span("SELECT", self._read_attributes):
             if self._loop_reads is not None:
                 with self._loop_reads.connect() as conn, conn.begin():
                     return work(conn)
@@ -305,7 +305,7 @@ def _commit_started(session: Session) -> None:
     # ``bind``, not ``get_bind()``, which raises without one: nothing here may fail a commit
     dialect = session.bind.dialect.name if session.bind is not None else "other_sql"
     attributes = {"db.system.name": db_system(dialect), "db.operation.name": "COMMIT"}
-    made = tracing.started("COMMIT", attributes)
+    made = spans.started("COMMIT", attributes)
     if made is not None:
         session.info[_COMMIT_SPAN] = made
 
@@ -313,10 +313,10 @@ def _commit_started(session: Session) -> None:
 def _commit_ended(session: Session) -> None:
     made = session.info.pop(_COMMIT_SPAN, None)
     if made is not None:
-        tracing.ended(made)
+        spans.ended(made)
 
 
 def _commit_failed(session: Session) -> None:
     made = session.info.pop(_COMMIT_SPAN, None)
     if made is not None:  # rolled back once it had begun to commit
-        tracing.ended(made, ok=False)
+        spans.ended(made, ok=False)

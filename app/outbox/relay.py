@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.decisions import Decision
 from app.db.outbox import EventKind, OutboxEvent, Status
-from app.observability import tracing
+from app.observability import spans
 
 from . import repository
 from .events import Event, RelayStats, Results
@@ -100,7 +100,7 @@ class Relay(BackgroundRelay):
         read back; they are exactly what was committed. An event whose lease has run out, or
         nearly (a pass held up by a stalled index or a busy machine), is taken back first
         (``_retake``) and left alone when another relay claimed it meanwhile."""
-        with tracing.span("outbox process", {"cstp.outbox.events": len(events)}):
+        with spans.span("outbox process", {"cstp.outbox.events": len(events)}):
             events = await self._retake(events)
             work = [
                 Event.of(e.id, e.kind, e.decision_id, e.attempts, e.unknown_failures)

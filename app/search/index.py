@@ -39,7 +39,7 @@ from chromadb.api.client import Client
 from chromadb.api.models.Collection import Collection
 
 from app.db.base import DEFAULT_WORKSPACE
-from app.observability import tracing
+from app.observability import spans
 from app.search import chroma as chroma_ops
 from app.search.batching import MAX_FLUSH_ENTRIES, WriteBatcher
 from app.search.chroma import ChromaCollection, clean_metadata, replace
@@ -257,7 +257,7 @@ class VectorIndex:
 
     def _embed_one(self, text: str) -> list[float]:
         try:
-            with tracing.span(*self._embedding):
+            with spans.span(*self._embedding):
                 return list(self._embedder.embed([text])[0])
         except Exception as exc:
             raise unavailable(exc) from exc
@@ -369,7 +369,7 @@ class VectorIndex:
 
 def _chroma_span(operation: str, collection: str) -> AbstractContextManager[object]:
     """A child span of the running call around a Chroma call (tracing on; else nothing)."""
-    return tracing.span(
+    return spans.span(
         f"{operation} {collection}",
         {
             "db.system.name": "chromadb",

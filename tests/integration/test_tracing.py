@@ -21,7 +21,7 @@ from sqlalchemy import text
 from app.asgi import create_app
 from app.audit.chain import CHAIN
 from app.config import Settings
-from app.observability import tracing
+from app.observability import spans
 from app.search.embedder import Embedder
 from support.app import SEED_DECISION, AppClient, serve_app
 
@@ -64,7 +64,7 @@ def otel_env(monkeypatch: pytest.MonkeyPatch, receiver: OtlpReceiver) -> None:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
     # every child span, however quick its work (the server keeps only the slow ones)
-    monkeypatch.setattr(tracing, "SLOW_CHILD_NS", 0)
+    monkeypatch.setattr(spans, "SLOW_CHILD_NS", 0)
 
 
 async def traced_app(settings: Settings, embedder: Embedder) -> AsyncIterator[AppClient]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.config import ConfigError, Settings
-from app.observability import tracing
+from app.observability import spans, tracing
 
 ENDPOINT = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
 
@@ -137,22 +137,22 @@ def test_child_spans_are_kept_for_slow_or_failed_work_only(monkeypatch: pytest.M
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("test")
-    monkeypatch.setattr(tracing, "SLOW_CHILD_NS", 5_000_000)
+    monkeypatch.setattr(spans, "SLOW_CHILD_NS", 5_000_000)
     with tracing.CallSpan(tracer, tracer.start_span("call"), None, False):
-        with tracing.span("SELECT", {"db.operation.name": "SELECT"}):
+        with spans.span("SELECT", {"db.operation.name": "SELECT"}):
             pass
-        with tracing.span("embeddings model"):
+        with spans.span("embeddings model"):
             time.sleep(0.01)
-        with pytest.raises(ValueError), tracing.span("query decisions"):
+        with pytest.raises(ValueError), spans.span("query decisions"):
             raise ValueError("the index is down")
-        commit = tracing.started("COMMIT", {"db.operation.name": "COMMIT"})
+        commit = spans.started("COMMIT", {"db.operation.name": "COMMIT"})
         assert commit is not None
-        tracing.ended(commit, ok=False)
-    spans = {s.name: s for s in exporter.get_finished_spans()}
-    assert set(spans) == {"call", "embeddings model", "query decisions", "COMMIT"}
-    slow = spans["embeddings model"]
-    assert slow.parent is not None and slow.parent.span_id == spans["call"].context.span_id
+        spans.ended(commit, ok=False)
+    made = {s.name: s for s in exporter.get_finished_spans()}
+    assert set(made) == {"call", "embeddings model", "query decisions", "COMMIT"}
+    slow = made["embeddings model"]
+    assert slow.parent is not None and slow.parent.span_id == made["call"].context.span_id
     assert slow.end_time is not None and slow.start_time is not None
     assert slow.end_time - slow.start_time >= 10_000_000
-    assert spans["query decisions"].attributes["error.type"] == "ValueError"
-    assert not spans["COMMIT"].status.is_ok
+    assert made["query decisions"].attributes["error.type"] == "ValueError"
+    assert not made["COMMIT"].status.is_ok
