@@ -1,28 +1,29 @@
-"""Child spans of a call (app.observability.tracing): the work of the database, the
-embedder, the vector index and the outbox, made after the work and only when it was slow or
-failed; and the call that runs now, which they belong to."""
+"""What a traced call records while it runs (app.observability.tracing): the work of the
+database, the embedder, the vector index and the outbox, kept when it was slow or failed;
+and the call that runs now, which that work belongs to.
+
+Nothing here calls the OpenTelemetry SDK: a call only notes names, attributes and clock
+readings, and its spans are made from those notes once its answer has gone out
+(``Tracing.ended``), so a traced call waits for no span to be built.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
+from types import TracebackType
 from typing import TYPE_CHECKING
 
 from app.errors import CstpError
 
-try:
-    from opentelemetry import trace
-    from opentelemetry.trace import Status, StatusCode
-except ImportError:  # no OpenTelemetry: no call is ever traced, so nothing here runs
-    pass
-
 if TYPE_CHECKING:
-    from opentelemetry.trace import Span, Tracer
     from opentelemetry.util.types import AttributeValue
 
     from app.observability.tracing import CallSpan
+
+Attributes = dict[str, "AttributeValue"]
 
 # How much of a text CSTP_TRACE_CONTENT puts in a span (an intent can be long; a collector
 # truncates or refuses big attributes anyway).
@@ -34,105 +35,107 @@ _NOTHING: AbstractContextManager[None] = nullcontext()
 
 
 #: A child span (a database read or commit, an embedding, an index call) is kept only when
-#: its work took at least this long: spans cost the call itself (made, queued and encoded in
-#: the server's process), and a trace needs to show where the time went, not every quick
-#: read (docs/PERFORMANCE.md, "Observability's cost"). Tests set it to 0 to see them all.
+#: its work took at least this long: a trace needs to show where the time went, not every
+#: quick read, and each span is work for the server's process and the collector
+#: (docs/PERFORMANCE.md, "Observability's cost"). Tests set it to 0 to see them all.
 SLOW_CHILD_NS = 1_000_000
 
 
-def span(
-    name: str, attributes: Mapping[str, AttributeValue] | None = None
-) -> AbstractContextManager[None]:
-    """A child span of the running call for the work of a ``with`` block, made once the block
-    has ended and only when it took ``SLOW_CHILD_NS`` or more; nothing outside a call, or once
-    the call has ended (a task it started that outlives it). For the database, the embedder
-    and the vector index."""
-    call = _current.get()
-    if call is None or not call.open:
-        return _NOTHING
-    return _timed(call, name, attributes)
+class Work:
+    """A piece of a call's work, from ``start`` to ``end`` (``time.time_ns``): a child span of
+    the call's once the call has ended. ``status``: None when it went well, else the error's
+    description ("" for none)."""
+
+    __slots__ = ("attributes", "end", "name", "start", "status")
+
+    def __init__(self, name: str, attributes: Attributes, start: int) -> None:
+        self.name, self.attributes, self.start = name, attributes, start
+        self.end = start
+        self.status: str | None = None
+
+    def failed(self, exc: BaseException | None) -> None:
+        """Marked as failed by ``exc`` (None: failed without an exception, a rollback)."""
+        self.status = failed(self.attributes, exc)
 
 
-@contextmanager
-def _timed(
-    call: CallSpan, name: str, attributes: Mapping[str, AttributeValue] | None
-) -> Iterator[None]:
-    start = time.time_ns()
-    error: BaseException | None = None
-    try:
-        yield
-    except BaseException as exc:
-        error = exc
-        raise
-    finally:
-        _after_the_fact(call, name, attributes, start, error)
-
-
-def _after_the_fact(
-    call: CallSpan,
-    name: str,
-    attributes: Mapping[str, AttributeValue] | None,
-    start: int,
-    error: BaseException | None = None,
-    *,
-    ok: bool = True,
-) -> None:
-    """The span of work that ran from ``start`` until now, under the call's span, when it
-    was slow enough to keep or failed (a failure is always worth a span)."""
-    end = time.time_ns()
-    if end - start < SLOW_CHILD_NS and error is None and ok:
-        return
-    parent = trace.set_span_in_context(call.span)
-    made = call.tracer.start_span(name, parent, attributes=attributes, start_time=start)
-    if error is not None:
-        failed(made, error)
-    elif not ok:
-        made.set_status(Status(StatusCode.ERROR))
-    made.end(end_time=end)
-
-
-@contextmanager
-def child(
-    tracer: Tracer, name: str, attributes: Mapping[str, AttributeValue] | None = None
-) -> Iterator[Span]:
-    """A span current within the block, ended after it, with the error's class when the
-    block raises (never its text)."""
-    with tracer.start_as_current_span(
-        name,
-        attributes=attributes,
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as made:
-        try:
-            yield made
-        except BaseException as exc:
-            failed(made, exc)
-            raise
-
-
-def failed(made: Span, exc: BaseException) -> None:
-    """Error status: a CstpError's code and its message (what the caller is told), any other
+def failed(attributes: Attributes, exc: BaseException | None) -> str:
+    """Puts an error's attributes in ``attributes`` and answers the span's status
+    description: a CstpError's code and its message (what the caller is told), any other
     exception's class name only (its text may hold what must not leave the server)."""
     if isinstance(exc, CstpError):
-        made.set_attribute("rpc.jsonrpc.error_code", exc.code)
-        made.set_attribute("error.type", str(exc.code))
-        made.set_status(Status(StatusCode.ERROR, clip(exc.message)))
-    else:
-        made.set_attribute("error.type", type(exc).__qualname__)
-        made.set_status(Status(StatusCode.ERROR))
+        attributes["rpc.jsonrpc.error_code"] = exc.code
+        attributes["error.type"] = str(exc.code)
+        return clip(exc.message)
+    if exc is not None:
+        attributes["error.type"] = type(exc).__qualname__
+    return ""
 
 
 def clip(text: str) -> str:
     return text if len(text) <= CONTENT_CHARS else text[:CONTENT_CHARS] + "…"
 
 
+def span(
+    name: str, attributes: Mapping[str, AttributeValue] | None = None
+) -> AbstractContextManager[None]:
+    """The work of a ``with`` block, noted as a child span of the running call when it took
+    ``SLOW_CHILD_NS`` or more or raised; nothing outside a call, or once the call has ended
+    (a task it started that outlives it). For the database, the embedder and the index."""
+    call = _current.get()
+    if call is None or not call.open:
+        return _NOTHING
+    return _Timed(call, name, attributes)
+
+
+class _Timed:
+    """``span``'s block (a class: this runs around every read of a traced call)."""
+
+    __slots__ = ("attributes", "call", "name", "start")
+
+    def __init__(
+        self, call: CallSpan, name: str, attributes: Mapping[str, AttributeValue] | None
+    ) -> None:
+        self.call, self.name, self.attributes = call, name, attributes
+        self.start = 0
+
+    def __enter__(self) -> None:
+        self.start = time.time_ns()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        _noted(self.call, self.name, self.attributes, self.start, exc, ok=exc is None)
+
+
+def _noted(
+    call: CallSpan,
+    name: str,
+    attributes: Mapping[str, AttributeValue] | None,
+    start: int,
+    error: BaseException | None,
+    *,
+    ok: bool,
+) -> None:
+    """The work that ran from ``start`` until now, noted in the call when it was slow enough
+    to keep or failed (a failure is always worth a span), and while the call still runs."""
+    end = time.time_ns()
+    if (end - start < SLOW_CHILD_NS and ok) or not call.open:
+        return
+    work = Work(name, dict(attributes or {}), start)
+    work.end = end
+    if not ok:
+        work.failed(error)
+    call.children.append(work)  # one append: safe from a worker thread too
+
+
 # ---------------------------------------------------------------- spans across events
 
 
 class Started:
-    """Work begun in one callback and ended in another (a database commit: app.db.engine).
-    (Not a dataclass: the module also loads where no OpenTelemetry is, outside sys.modules
-    in a test, where a dataclass cannot resolve its annotations.)"""
+    """Work begun in one callback and ended in another (a database commit: app.db.engine)."""
 
     __slots__ = ("attributes", "call", "name", "start")
 
@@ -143,8 +146,8 @@ class Started:
 
 
 def started(name: str, attributes: Mapping[str, AttributeValue]) -> Started | None:
-    """Work of the running call beginning now, whose span ``ended`` makes when it was slow
-    enough (``SLOW_CHILD_NS``). None outside a call, or once it has ended."""
+    """Work of the running call beginning now, which ``ended`` notes when it was slow enough
+    (``SLOW_CHILD_NS``) or failed. None outside a call, or once it has ended."""
     call = _current.get()
     if call is None or not call.open:
         return None
@@ -152,4 +155,34 @@ def started(name: str, attributes: Mapping[str, AttributeValue]) -> Started | No
 
 
 def ended(made: Started, *, ok: bool = True) -> None:
-    _after_the_fact(made.call, made.name, made.attributes, made.start, ok=ok)
+    _noted(made.call, made.name, made.attributes, made.start, None, ok=ok)
+
+
+def note(call: CallSpan, name: str, attributes: Attributes) -> _Noting:
+    """A child span of ``call`` around a ``with`` block, kept however quick the block was
+    (``apply_guardrail``: the issue's span of every evaluation); its ``attributes`` may be
+    added to inside the block."""
+    return _Noting(call, Work(name, attributes, 0))
+
+
+class _Noting:
+    __slots__ = ("call", "work")
+
+    def __init__(self, call: CallSpan, work: Work) -> None:
+        self.call, self.work = call, work
+
+    def __enter__(self) -> Work:
+        self.work.start = time.time_ns()
+        return self.work
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.work.end = time.time_ns()
+        if exc is not None:
+            self.work.failed(exc)
+        if self.call.open:
+            self.call.children.append(self.work)

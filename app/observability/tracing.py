@@ -1,17 +1,19 @@
 """OpenTelemetry traces: a span per call of every face, in the GenAI conventions' names.
 
-Off unless the standard variables ask for it (``wanted``): ``OTEL_EXPORTER_OTLP_ENDPOINT``,
-``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or ``OTEL_TRACES_EXPORTER``, everything else the
-OpenTelemetry SDK reads itself (headers, sampler, batch sizes, resource attributes). Off, the
-runner holds no ``Tracing`` and a call costs one ``is None``; the helpers here (``span``,
-``CallSpan``) are then never reached or return at their first line.
+Off unless the standard variables ask for it (app.observability.exporters): an OTLP
+endpoint or an exporter named, everything else the OpenTelemetry SDK reads itself (headers,
+sampler, batch sizes, resource attributes). Off, the runner holds no ``Tracing`` and a call
+costs one ``is None``; the helpers here are then never reached.
 
-On, the runner opens a ``CallSpan`` around each call (``Tracing.call``): the span is current
-for the call's task, so spans made anywhere below it (``span``: the database, the embedder,
-the vector index) are its children. A handler names what it wrote through its
+On, the runner opens a ``CallSpan`` around each call (``Tracing.call``). While the call runs
+it only takes notes: its ids (chosen at once, so its log lines name them), attributes, and
+the work below it that became worth a span (app.observability.spans: the database, the
+embedder, the vector index, ``apply_guardrail``). A handler names what it wrote through its
 ``CallContext`` (``trace``, ``trace_row``), and the audit chain tells this module the
-sequence number of that row's entry once it is committed (``committed``). Which attributes
-each span carries: docs/ARCHITECTURE.md, "Tracing".
+sequence number of that row's entry once it is committed (``committed``). When the call
+ends, its notes wait in ``Tracing``'s queue and become SDK spans, with the times they were
+taken at, after the event loop has sent the answer: a caller waits for no span to be built.
+Which attributes each span carries: docs/ARCHITECTURE.md, "Tracing".
 
 The base install has the OpenTelemetry API (through chromadb); ``current_ids`` works, and
 answers None, without it.
@@ -19,8 +21,11 @@ answers None, without it.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
-from collections import OrderedDict
+import time
+from collections import OrderedDict, deque
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import TracebackType
@@ -29,13 +34,14 @@ from typing import TYPE_CHECKING, Any
 from litestar.enums import ScopeType
 
 from app.config import ConfigError
-from app.observability.spans import _current, child, clip, failed
+from app.observability import exporters
+from app.observability.spans import Attributes, Work, _current, clip, failed, note
 from app.version import __version__
 
 try:
     from opentelemetry import context as otel_context
     from opentelemetry import propagate, trace
-    from opentelemetry.trace import SpanKind
+    from opentelemetry.trace import SpanKind, Status, StatusCode
 
     HAVE_OTEL = True
 except ImportError:  # no OpenTelemetry at all: tracing cannot be on (``from_env``)
@@ -52,8 +58,7 @@ if TYPE_CHECKING:
     from app.audit.tables import Covered
     from app.scopes import Principal
 
-DEFAULT_SERVICE = "cstp-server"
-INSTALL_HINT = "pip install 'cstp-server[otel]'"
+log = logging.getLogger("cstp.tracing")
 
 #: The GenAI semantic conventions' operation of each CSTP method that has one.
 GENAI_OPERATIONS = {
@@ -68,42 +73,19 @@ APPLY_GUARDRAIL = "apply_guardrail"
 
 def current_ids() -> tuple[str, str] | None:
     """The current span's trace id and span id, in lower-case hex (32 and 16 digits), for a
-    log line; None outside a span, or without OpenTelemetry. A task that a call started and
-    that outlives it (a batch's worker) still holds a copy of that call's context: once the
-    call has ended, None there too."""
+    log line: the running call's, else the caller's whose trace a request continues; None
+    outside both, or without OpenTelemetry. A task that a call started and that outlives it
+    (a batch's worker) still holds a copy of that call's context: once the call has ended,
+    None there too."""
     if not HAVE_OTEL:
         return None
+    call = _current.get()
+    if call is not None:
+        return (format(call.trace_id, "032x"), format(call.span_id, "016x")) if call.open else None
     context = trace.get_current_span().get_span_context()
     if not context.is_valid:
         return None
-    call = _current.get()
-    if call is not None and not call.open:
-        return None
     return format(context.trace_id, "032x"), format(context.span_id, "016x")
-
-
-# ---------------------------------------------------------------- configuration
-
-
-def _exporter_names(env: Mapping[str, str]) -> list[str]:
-    raw = env.get("OTEL_TRACES_EXPORTER") or "otlp"
-    return [n.strip().lower() for n in raw.split(",") if n.strip() and n.strip() != "none"]
-
-
-def wanted(env: Mapping[str, str]) -> bool:
-    """Whether the standard variables turn traces on: an OTLP endpoint or an exporter is
-    named (and the SDK is not disabled, nor the exporter ``none``)."""
-    if (env.get("OTEL_SDK_DISABLED") or "").strip().lower() == "true":
-        return False
-    named = any(
-        env.get(name)
-        for name in (
-            "OTEL_TRACES_EXPORTER",
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-        )
-    )
-    return named and bool(_exporter_names(env))
 
 
 def from_env(content: bool, env: Mapping[str, str] | None = None) -> Tracing | None:
@@ -111,73 +93,12 @@ def from_env(content: bool, env: Mapping[str, str] | None = None) -> Tracing | N
     when they ask for traces this installation cannot send, naming what to install or set.
     ``content``: CSTP_TRACE_CONTENT."""
     env = os.environ if env is None else env
-    if not wanted(env):
+    if not exporters.wanted(env):
         return None
     if not HAVE_OTEL:
-        raise ConfigError(_missing("OpenTelemetry is not installed"))
-    return Tracing(_resource(env), [_exporter(name, env) for name in _exporter_names(env)], content)
-
-
-def _missing(what: str) -> str:
-    return (
-        f"OTEL_* variables ask for traces but {what}: {INSTALL_HINT}, or set "
-        "OTEL_SDK_DISABLED=true to run without traces"
-    )
-
-
-def _resource(env: Mapping[str, str]) -> Any:
-    """The SDK's resource from OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME, named
-    ``cstp-server`` when neither names the service."""
-    try:
-        from opentelemetry.sdk.resources import (  # noqa: PLC0415  (the otel extra, on only)
-            SERVICE_NAME,
-            SERVICE_VERSION,
-            Resource,
-        )
-    except ImportError:
-        raise ConfigError(_missing("the OpenTelemetry SDK is not installed")) from None
-    resource = Resource.create({SERVICE_VERSION: __version__})
-    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
-        resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE}))
-    return resource
-
-
-def _exporter(name: str, env: Mapping[str, str]) -> SpanExporter:
-    """The span exporter OTEL_TRACES_EXPORTER names; ``otlp`` speaks the protocol that
-    OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL names (``http/protobuf`` unless set). It reads its
-    endpoint, headers, timeout and compression from the environment itself."""
-    if name == "console":
-        from opentelemetry.sdk.trace.export import (  # noqa: PLC0415  (on only)
-            ConsoleSpanExporter,
-        )
-
-        return ConsoleSpanExporter(service_name=DEFAULT_SERVICE)
-    if name != "otlp":
-        raise ConfigError(f"OTEL_TRACES_EXPORTER: {name!r} is not one of otlp, console, none")
-    protocol = (
-        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-        or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-        or "http/protobuf"
-    ).strip()
-    if protocol == "http/protobuf":
-        try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # noqa: PLC0415
-                OTLPSpanExporter,  # (the otel extra, on only)
-            )
-        except ImportError:
-            raise ConfigError(_missing("the OTLP/HTTP exporter is not installed")) from None
-        return OTLPSpanExporter()
-    if protocol == "grpc":
-        try:
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # noqa: PLC0415
-                OTLPSpanExporter as GrpcSpanExporter,  # (on only; chromadb brings it)
-            )
-        except ImportError:
-            raise ConfigError(_missing("the OTLP/gRPC exporter is not installed")) from None
-        return GrpcSpanExporter()
-    raise ConfigError(
-        f"OTEL_EXPORTER_OTLP_PROTOCOL: {protocol!r} is not supported (http/protobuf or grpc)"
-    )
+        raise ConfigError(exporters.missing("OpenTelemetry is not installed"))
+    made = [exporters.exporter(name, env) for name in exporters.exporter_names(env)]
+    return Tracing(exporters.service_resource(env), made, content)
 
 
 # ---------------------------------------------------------------- the server's tracer
@@ -189,30 +110,43 @@ class Tracing:
     when the app stops."""
 
     def __init__(self, resource: Any, exporters: Sequence[SpanExporter], content: bool) -> None:
+        from app.observability.ids import ChosenIds  # noqa: PLC0415  (the otel extra, on only)
+
         self.resource = resource
         self.exporters = list(exporters)
         self.content = content  # CSTP_TRACE_CONTENT: texts in spans
         self.provider: TracerProvider | None = None
         self.tracer: Tracer | None = None
-        self._names: dict[str, tuple[str, dict[str, AttributeValue]]] = {}
+        # The headers the propagators read (OTEL_PROPAGATORS): a request without any of them
+        # continues no trace, and is spared the extraction.
+        self.fields: frozenset[bytes] = frozenset()
+        self._names: dict[str, tuple[str, Attributes]] = {}
+        self.ids = ChosenIds()
+        self._ended: deque[CallSpan] = deque()  # calls whose spans are yet to be made
+        self._soon = False  # whether the loop is to make them
 
     def start(self) -> None:
         from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415  (on only)
         from opentelemetry.sdk.trace.export import BatchSpanProcessor  # noqa: PLC0415
 
         # The sampler (OTEL_TRACES_SAMPLER) and span limits come from the environment.
-        provider = TracerProvider(resource=self.resource, shutdown_on_exit=False)
+        provider = TracerProvider(
+            resource=self.resource, id_generator=self.ids, shutdown_on_exit=False
+        )
         for exporter in self.exporters:
             provider.add_span_processor(BatchSpanProcessor(exporter))
+        self.fields = frozenset(f.lower().encode() for f in propagate.get_global_textmap().fields)
         self.provider = provider
         self.tracer = provider.get_tracer("cstp-server", __version__)
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        """Export every span ended so far (tests, shutdown)."""
+        """Export every span of the calls ended so far (tests, shutdown)."""
+        self.make_spans()
         return self.provider is None or self.provider.force_flush(timeout_millis)
 
     def shutdown(self) -> None:
         """Flush and stop; later calls are not traced."""
+        self.make_spans()
         provider, self.provider, self.tracer = self.provider, None, None
         if provider is not None:
             provider.shutdown()
@@ -225,11 +159,10 @@ class Tracing:
 
     def call(self, method: str, principal: Principal, face: str) -> CallSpan | None:
         """The span of one call (a context manager), or None once stopped."""
-        tracer = self.tracer
-        if tracer is None:
+        if self.tracer is None:
             return None
         name, fixed = self._fixed(method)
-        attributes: dict[str, AttributeValue] = {
+        attributes: Attributes = {
             **fixed,
             "cstp.workspace": principal.workspace,
             "cstp.agent": principal.agent,
@@ -239,20 +172,77 @@ class Tracing:
             attributes["rpc.system"] = face
         if method in GENAI_OPERATIONS and GENAI_OPERATIONS[method] != APPLY_GUARDRAIL:
             attributes["gen_ai.memory.store.id"] = principal.workspace
-        span = tracer.start_span(name, kind=SpanKind.SERVER, attributes=attributes)
-        return CallSpan(tracer, span, GENAI_OPERATIONS.get(method), self.content)
+        return CallSpan(self, name, attributes, GENAI_OPERATIONS.get(method))
 
-    def _fixed(self, method: str) -> tuple[str, dict[str, AttributeValue]]:
+    def _fixed(self, method: str) -> tuple[str, Attributes]:
         """A method's span name and the attributes that depend on it alone (kept)."""
         known = self._names.get(method)
         if known is None:
             operation = GENAI_OPERATIONS.get(method)
-            attributes: dict[str, AttributeValue] = {"rpc.method": method}
+            attributes: Attributes = {"rpc.method": method}
             if operation is not None:
                 attributes["gen_ai.operation.name"] = operation
             known = (f"{operation} {method}" if operation else method, attributes)
             self._names[method] = known
         return known
+
+    def ended(self, call: CallSpan) -> None:
+        """A call has ended: its spans are made once the loop has run what is ready now (the
+        answer's sending among it), or at once outside a loop."""
+        self._ended.append(call)
+        if self._soon:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.make_spans()
+            return
+        self._soon = True
+        loop.call_soon(self._made_soon)
+
+    def _made_soon(self) -> None:
+        self._soon = False
+        self.make_spans()
+
+    def make_spans(self) -> None:
+        """The spans of every ended call, handed to the span processors (which export them in
+        batches, from a thread of their own)."""
+        while self._ended:
+            try:
+                call = self._ended.popleft()
+            except IndexError:  # another thread (a flush) took the last one
+                return
+            tracer = self.tracer
+            if tracer is None:  # shut down
+                continue
+            try:
+                self._make(tracer, call)
+            except Exception:  # a trace is lost; the server goes on (and says so)
+                log.exception("the spans of a %s call could not be made", call.name)
+
+    def _make(self, tracer: Tracer, call: CallSpan) -> None:
+        with self.ids.chosen(call.trace_id, call.span_id):
+            made = tracer.start_span(
+                call.name,
+                call.parent,
+                kind=SpanKind.SERVER,
+                attributes=call.attributes,
+                start_time=call.start,
+            )
+        _status(made, call.status)
+        under = trace.set_span_in_context(made)
+        for work in call.children:
+            child = tracer.start_span(
+                work.name, under, attributes=work.attributes, start_time=work.start
+            )
+            _status(child, work.status)
+            child.end(end_time=work.end)
+        made.end(end_time=call.end)
+
+
+def _status(made: Span, status: str | None) -> None:
+    if status is not None:
+        made.set_status(Status(StatusCode.ERROR, status or None))
 
 
 def continue_traces(app: ASGIApp) -> ASGIApp:
@@ -263,7 +253,7 @@ def continue_traces(app: ASGIApp) -> ASGIApp:
         tracing: Tracing | None = (
             scope["app"].state.tracing if scope["type"] == ScopeType.HTTP else None
         )
-        if tracing is None:
+        if tracing is None or not any(key in tracing.fields for key, _ in scope["headers"]):
             await app(scope, receive, send)
             return
         headers = {
@@ -285,23 +275,51 @@ def _attached(context: Context) -> Iterator[object]:
 
 
 class CallSpan:
-    """One call's span while the call runs: current in its context, ended when it ends,
-    with its error code when it fails. Handlers reach it through ``CallContext``."""
+    """One call while it runs: its ids, attributes and noted work, current in its context
+    (``spans._current``); when it ends, with its error code when it fails, its span is made
+    (``Tracing.ended``). Handlers reach it through ``CallContext``."""
 
-    __slots__ = ("_otel_token", "_rows", "_token", "content", "open", "operation", "span", "tracer")
+    __slots__ = (
+        "_rows",
+        "_token",
+        "attributes",
+        "children",
+        "end",
+        "name",
+        "open",
+        "operation",
+        "parent",
+        "span_id",
+        "start",
+        "status",
+        "trace_id",
+        "tracing",
+    )
 
-    def __init__(self, tracer: Tracer, span: Span, operation: str | None, content: bool) -> None:
-        self.tracer = tracer
-        self.span = span
+    def __init__(
+        self, tracing: Tracing, name: str, attributes: Attributes, operation: str | None
+    ) -> None:
+        self.tracing = tracing
+        self.name = name
+        self.attributes = attributes
         self.operation = operation  # its GenAI operation name, if any
-        self.content = content
+        # The caller's trace, when the request continues one (``continue_traces``).
+        self.parent: Context = otel_context.get_current()
+        caller = trace.get_current_span(self.parent).get_span_context()
+        self.trace_id, self.span_id = tracing.ids.draw(caller.trace_id if caller.is_valid else None)
+        self.children: list[Work] = []
+        self.status: str | None = None
+        self.start = self.end = 0
         self.open = False
         self._rows: list[tuple[str, str]] = []
         self._token: Any = None
-        self._otel_token: Any = None
+
+    @property
+    def content(self) -> bool:
+        return self.tracing.content
 
     def __enter__(self) -> CallSpan:
-        self._otel_token = otel_context.attach(trace.set_span_in_context(self.span))
+        self.start = time.time_ns()
         self._token = _current.set(self)
         self.open = True
         return self
@@ -313,33 +331,34 @@ class CallSpan:
         tb: TracebackType | None,
     ) -> None:
         # Closed first: a task this call started and that outlives it (a batch's worker, whose
-        # context is a copy of this call's) makes no more spans under it.
+        # context is a copy of this call's) notes nothing more in it.
+        self.end = time.time_ns()
         self.open = False
         _current.reset(self._token)
-        otel_context.detach(self._otel_token)
         for key in self._rows:
             if _watching.get(key) is self:
                 del _watching[key]
         if exc is not None:
-            failed(self.span, exc)
-        self.span.end()
+            self.status = failed(self.attributes, exc)
+        self.tracing.ended(self)
 
     def set(self, key: str, value: AttributeValue) -> None:
-        self.span.set_attribute(key, value)
+        self.attributes[key] = value
 
     def text(self, key: str, value: str | None) -> None:
         """A text of the caller's (intent, query, decision): only with CSTP_TRACE_CONTENT."""
-        if self.content and value:
-            self.span.set_attribute(key, clip(value))
+        if self.tracing.content and value:
+            self.attributes[key] = clip(value)
 
     def row(self, table: str, row_id: str) -> None:
         """The audit row this call wrote: its table and id now, its chain entry's sequence
         number (``cstp.audit.seq``) once committed (at once when it already is)."""
-        self.span.set_attributes({"cstp.audit.table": table, "cstp.audit.row_id": row_id})
+        self.attributes["cstp.audit.table"] = table
+        self.attributes["cstp.audit.row_id"] = row_id
         key = (table, row_id)
         seq = _recent.pop(key, None)
         if seq is not None:
-            self.span.set_attribute("cstp.audit.seq", seq)
+            self.attributes["cstp.audit.seq"] = seq
         else:
             _watching[key] = self
             self._rows.append(key)
@@ -349,26 +368,25 @@ class CallSpan:
         the call is one (checkGuardrails), else a child ``apply_guardrail`` span around it
         (announceIntent, recordDecision)."""
         if self.operation == APPLY_GUARDRAIL:
-            return nullcontext(Guardrail(self, own=True))
+            return nullcontext(Guardrail(self, self.attributes, own=True))
         return _guardrail_child(self)
 
 
 @contextmanager
 def _guardrail_child(call: CallSpan) -> Iterator[Guardrail]:
-    attributes: dict[str, AttributeValue] = {"gen_ai.operation.name": APPLY_GUARDRAIL}
-    with child(call.tracer, APPLY_GUARDRAIL, attributes) as span:
-        yield Guardrail(call, own=False, span=span)
+    with note(call, APPLY_GUARDRAIL, {"gen_ai.operation.name": APPLY_GUARDRAIL}) as work:
+        yield Guardrail(call, work.attributes, own=False)
 
 
 class Guardrail:
     """What an evaluation puts on its span (``CallSpan.guardrail``)."""
 
-    __slots__ = ("call", "own", "span")
+    __slots__ = ("attributes", "call", "own")
 
-    def __init__(self, call: CallSpan, *, own: bool, span: Span | None = None) -> None:
+    def __init__(self, call: CallSpan, attributes: Attributes, *, own: bool) -> None:
         self.call = call
+        self.attributes = attributes  # its span's
         self.own = own
-        self.span = call.span if span is None else span
 
     def evaluated(
         self,
@@ -384,7 +402,7 @@ class Guardrail:
         """The stored evaluation: its id, the rule set's version and content hash (the
         conventions' policy version and id), and the rules' verdict (before any approval
         an escalation asks for)."""
-        self.span.set_attributes(
+        self.attributes.update(
             {
                 "cstp.evaluation.id": evaluation_id,
                 "cstp.guardrail.rule_set_version": version,
@@ -398,7 +416,7 @@ class Guardrail:
             }
         )
         if self.call.content:
-            self.span.set_attribute("cstp.action.description", clip(description))
+            self.attributes["cstp.action.description"] = clip(description)
         if self.own:  # checkGuardrails: the evaluation is the call's audit row
             self.call.row("guardrail_evaluations", evaluation_id)
 
@@ -420,7 +438,7 @@ def committed(entries: Sequence[Covered], first: int) -> None:
         key = (entry.table, entry.row_id)
         call = _watching.pop(key, None)
         if call is not None:
-            call.span.set_attribute("cstp.audit.seq", first + offset)
+            call.attributes["cstp.audit.seq"] = first + offset
             continue
         _recent[key] = first + offset
         if len(_recent) > RECENT:

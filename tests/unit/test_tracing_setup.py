@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
 from app.config import ConfigError, Settings
-from app.observability import spans, tracing
+from app.observability import exporters, spans, tracing
 
 ENDPOINT = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
 
@@ -30,7 +34,7 @@ ENDPOINT = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
     ],
 )
 def test_traces_are_on_only_when_the_standard_variables_ask(env: dict[str, str], on: bool) -> None:
-    assert tracing.wanted(env) is on
+    assert exporters.wanted(env) is on
     assert (tracing.from_env(False, env) is not None) is on
 
 
@@ -81,24 +85,32 @@ def test_a_trace_content_value_that_is_no_boolean_is_refused() -> None:
         Settings.from_env({"CSTP_TRACE_CONTENT": "maybe"})
 
 
+def in_memory(content: bool = False) -> tuple[tracing.Tracing, InMemorySpanExporter]:
+    """A started tracer whose spans are kept in memory (``force_flush`` exports them)."""
+    from opentelemetry.sdk.resources import Resource
+
+    exporter = InMemorySpanExporter()
+    made = tracing.Tracing(Resource.create({}), [exporter], content)
+    made.start()
+    return made, exporter
+
+
+def finished(made: tracing.Tracing, exporter: InMemorySpanExporter) -> dict[str, ReadableSpan]:
+    assert made.force_flush()
+    return {s.name: s for s in exporter.get_finished_spans()}
+
+
 def test_a_row_learns_its_chain_seq_whether_it_is_named_before_or_after_the_commit() -> None:
     """A handler names its row before its transaction commits (a review, in the runner's
     transaction) or after (recordDecision learns its decision's id from the group writer):
     the span gets the row's chain sequence number either way, and a row never committed
     leaves nothing behind."""
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
     from app.audit.tables import Covered
 
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracer = provider.get_tracer("test")
+    made, exporter = in_memory()
 
     def call(name: str) -> tracing.CallSpan:
-        return tracing.CallSpan(tracer, tracer.start_span(name), None, False)
+        return tracing.CallSpan(made, name, {}, None)
 
     with call("before") as before:
         before.row("decision_reviews", "41")
@@ -110,8 +122,31 @@ def test_a_row_learns_its_chain_seq_whether_it_is_named_before_or_after_the_comm
     with call("never") as never:
         never.row("intents", "not-committed")
     assert ("intents", "not-committed") not in tracing._watching
-    seqs = {s.name: s.attributes.get("cstp.audit.seq") for s in exporter.get_finished_spans()}
+    seqs = {name: s.attributes.get("cstp.audit.seq") for name, s in finished(made, exporter).items()}
     assert seqs == {"before": 7, "after": 8, "never": None}
+
+
+async def test_a_calls_spans_are_made_after_it_with_the_ids_its_log_lines_carry() -> None:
+    """A call only takes notes while it runs: its span is made once the event loop has had a
+    turn after the call (the answer sent), with the call's own start and end and the trace
+    and span ids that its log lines named while it ran."""
+    import asyncio
+
+    made, exporter = in_memory()
+    before = time.time_ns()
+    with tracing.CallSpan(made, "search_memory cstp.queryDecisions", {}, "search_memory"):
+        ids = tracing.current_ids()
+        await asyncio.sleep(0.002)
+    after = time.time_ns()
+    assert ids is not None and tracing.current_ids() is None
+    assert made.provider is not None and made.provider.force_flush()
+    assert exporter.get_finished_spans() == ()  # not yet: the loop has not had its turn
+    await asyncio.sleep(0)
+    (span,) = finished(made, exporter).values()
+    assert (format(span.context.trace_id, "032x"), format(span.context.span_id, "016x")) == ids
+    assert span.start_time is not None and span.end_time is not None
+    assert before <= span.start_time and span.end_time - span.start_time >= 2_000_000
+    assert span.end_time <= after
 
 
 def test_cstp_mcp_passes_a_tool_calls_trace_context_on_as_headers() -> None:
@@ -127,18 +162,9 @@ def test_child_spans_are_kept_for_slow_or_failed_work_only(monkeypatch: pytest.M
     """A quick read costs the call a span and tells nobody where time went: a child span is
     made after its work, and only when that work was slow or failed, under the call's span
     and with the work's own start and end."""
-    import time
-
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracer = provider.get_tracer("test")
+    made, exporter = in_memory()
     monkeypatch.setattr(spans, "SLOW_CHILD_NS", 5_000_000)
-    with tracing.CallSpan(tracer, tracer.start_span("call"), None, False):
+    with tracing.CallSpan(made, "call", {}, None):
         with spans.span("SELECT", {"db.operation.name": "SELECT"}):
             pass
         with spans.span("embeddings model"):
@@ -148,11 +174,12 @@ def test_child_spans_are_kept_for_slow_or_failed_work_only(monkeypatch: pytest.M
         commit = spans.started("COMMIT", {"db.operation.name": "COMMIT"})
         assert commit is not None
         spans.ended(commit, ok=False)
-    made = {s.name: s for s in exporter.get_finished_spans()}
-    assert set(made) == {"call", "embeddings model", "query decisions", "COMMIT"}
-    slow = made["embeddings model"]
-    assert slow.parent is not None and slow.parent.span_id == made["call"].context.span_id
+    kept = finished(made, exporter)
+    assert set(kept) == {"call", "embeddings model", "query decisions", "COMMIT"}
+    slow = kept["embeddings model"]
+    assert slow.parent is not None and slow.parent.span_id == kept["call"].context.span_id
     assert slow.end_time is not None and slow.start_time is not None
     assert slow.end_time - slow.start_time >= 10_000_000
-    assert made["query decisions"].attributes["error.type"] == "ValueError"
-    assert not made["COMMIT"].status.is_ok
+    assert kept["query decisions"].attributes is not None
+    assert kept["query decisions"].attributes["error.type"] == "ValueError"
+    assert not kept["COMMIT"].status.is_ok
