@@ -19,6 +19,7 @@ from .console.routes import build_console
 from .console.routes import template_config as console_template_config
 from .db.engine import trace_commits
 from .mcp.http import build_mcp_mount
+from .observability import calls as traced_calls
 from .observability import tracing as otel
 from .operations.registry import Registry
 from .operations.runner import Runner
@@ -100,8 +101,8 @@ def create_app(
         if tracing is not None:
             tracing.start()
             trace_commits()
-            if otel.committed not in chain.observers:  # a span learns its row's chain seq
-                chain.observers.append(otel.committed)
+            if traced_calls.committed not in chain.observers:  # a span learns its row's seq
+                chain.observers.append(traced_calls.committed)
             runner.tracing = app.state.tracing = tracing
         if start_relay and settings.relay_enabled:
             services.background.append(asyncio.create_task(services.relay.loop()))

@@ -21,7 +21,7 @@ from app.errors import CstpError
 if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue
 
-    from app.observability.tracing import CallSpan
+    from app.observability.calls import CallSpan
 
 Attributes = dict[str, "AttributeValue"]
 

@@ -5,15 +5,14 @@ endpoint or an exporter named, everything else the OpenTelemetry SDK reads itsel
 sampler, batch sizes, resource attributes). Off, the runner holds no ``Tracing`` and a call
 costs one ``is None``; the helpers here are then never reached.
 
-On, the runner opens a ``CallSpan`` around each call (``Tracing.call``). While the call runs
-it only takes notes: its ids (chosen at once, so its log lines name them), attributes, and
-the work below it that became worth a span (app.observability.spans: the database, the
-embedder, the vector index, ``apply_guardrail``). A handler names what it wrote through its
-``CallContext`` (``trace``, ``trace_row``), and the audit chain tells this module the
-sequence number of that row's entry once it is committed (``committed``). When the call
-ends, its notes wait in ``Tracing``'s queue and become SDK spans, with the times they were
-taken at, after the event loop has sent the answer: a caller waits for no span to be built.
-Which attributes each span carries: docs/ARCHITECTURE.md, "Tracing".
+On, the runner opens a ``CallSpan`` (app.observability.calls) around each call
+(``Tracing.call``). While the call runs it only takes notes: its ids (drawn at once, so its
+log lines name them), its attributes, the audit row it wrote with that row's chain sequence
+number, and the work below it worth a span (app.observability.spans: the database, the
+embedder, the vector index, ``apply_guardrail``). When the call ends, its notes wait in
+``Tracing``'s queue and become SDK spans, with the times they were taken at, once the event
+loop has sent the answer: a caller waits for no span to be built. Which attributes each
+span carries: docs/ARCHITECTURE.md, "Tracing".
 
 The base install has the OpenTelemetry API (through chromadb); ``current_ids`` works, and
 answers None, without it.
@@ -24,18 +23,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
-from types import TracebackType
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from litestar.enums import ScopeType
 
 from app.config import ConfigError
 from app.observability import exporters
-from app.observability.spans import Attributes, Work, _current, clip, failed, note
+from app.observability.calls import APPLY_GUARDRAIL, CallSpan
+from app.observability.spans import Attributes, _current
 from app.version import __version__
 
 try:
@@ -53,9 +51,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
     from opentelemetry.trace import Span, Tracer
-    from opentelemetry.util.types import AttributeValue
 
-    from app.audit.tables import Covered
     from app.scopes import Principal
 
 log = logging.getLogger("cstp.tracing")
@@ -68,7 +64,6 @@ GENAI_OPERATIONS = {
     "cstp.recordDecision": "create_memory",
     "cstp.reviewDecision": "update_memory",
 }
-APPLY_GUARDRAIL = "apply_guardrail"
 
 
 def current_ids() -> tuple[str, str] | None:
@@ -272,174 +267,3 @@ def _attached(context: Context) -> Iterator[object]:
         yield context
     finally:
         otel_context.detach(token)
-
-
-class CallSpan:
-    """One call while it runs: its ids, attributes and noted work, current in its context
-    (``spans._current``); when it ends, with its error code when it fails, its span is made
-    (``Tracing.ended``). Handlers reach it through ``CallContext``."""
-
-    __slots__ = (
-        "_rows",
-        "_token",
-        "attributes",
-        "children",
-        "end",
-        "name",
-        "open",
-        "operation",
-        "parent",
-        "span_id",
-        "start",
-        "status",
-        "trace_id",
-        "tracing",
-    )
-
-    def __init__(
-        self, tracing: Tracing, name: str, attributes: Attributes, operation: str | None
-    ) -> None:
-        self.tracing = tracing
-        self.name = name
-        self.attributes = attributes
-        self.operation = operation  # its GenAI operation name, if any
-        # The caller's trace, when the request continues one (``continue_traces``).
-        self.parent: Context = otel_context.get_current()
-        caller = trace.get_current_span(self.parent).get_span_context()
-        self.trace_id, self.span_id = tracing.ids.draw(caller.trace_id if caller.is_valid else None)
-        self.children: list[Work] = []
-        self.status: str | None = None
-        self.start = self.end = 0
-        self.open = False
-        self._rows: list[tuple[str, str]] = []
-        self._token: Any = None
-
-    @property
-    def content(self) -> bool:
-        return self.tracing.content
-
-    def __enter__(self) -> CallSpan:
-        self.start = time.time_ns()
-        self._token = _current.set(self)
-        self.open = True
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        # Closed first: a task this call started and that outlives it (a batch's worker, whose
-        # context is a copy of this call's) notes nothing more in it.
-        self.end = time.time_ns()
-        self.open = False
-        _current.reset(self._token)
-        for key in self._rows:
-            if _watching.get(key) is self:
-                del _watching[key]
-        if exc is not None:
-            self.status = failed(self.attributes, exc)
-        self.tracing.ended(self)
-
-    def set(self, key: str, value: AttributeValue) -> None:
-        self.attributes[key] = value
-
-    def text(self, key: str, value: str | None) -> None:
-        """A text of the caller's (intent, query, decision): only with CSTP_TRACE_CONTENT."""
-        if self.tracing.content and value:
-            self.attributes[key] = clip(value)
-
-    def row(self, table: str, row_id: str) -> None:
-        """The audit row this call wrote: its table and id now, its chain entry's sequence
-        number (``cstp.audit.seq``) once committed (at once when it already is)."""
-        self.attributes["cstp.audit.table"] = table
-        self.attributes["cstp.audit.row_id"] = row_id
-        key = (table, row_id)
-        seq = _recent.pop(key, None)
-        if seq is not None:
-            self.attributes["cstp.audit.seq"] = seq
-        else:
-            _watching[key] = self
-            self._rows.append(key)
-
-    def guardrail(self) -> AbstractContextManager[Guardrail]:
-        """Where a guardrail evaluation of this call is described: the call's own span when
-        the call is one (checkGuardrails), else a child ``apply_guardrail`` span around it
-        (announceIntent, recordDecision)."""
-        if self.operation == APPLY_GUARDRAIL:
-            return nullcontext(Guardrail(self, self.attributes, own=True))
-        return _guardrail_child(self)
-
-
-@contextmanager
-def _guardrail_child(call: CallSpan) -> Iterator[Guardrail]:
-    with note(call, APPLY_GUARDRAIL, {"gen_ai.operation.name": APPLY_GUARDRAIL}) as work:
-        yield Guardrail(call, work.attributes, own=False)
-
-
-class Guardrail:
-    """What an evaluation puts on its span (``CallSpan.guardrail``)."""
-
-    __slots__ = ("attributes", "call", "own")
-
-    def __init__(self, call: CallSpan, attributes: Attributes, *, own: bool) -> None:
-        self.call = call
-        self.attributes = attributes  # its span's
-        self.own = own
-
-    def evaluated(
-        self,
-        evaluation_id: str,
-        version: str,
-        rule_set_hash: str,
-        *,
-        allowed: bool,
-        violations: int,
-        warnings: int,
-        description: str,
-    ) -> None:
-        """The stored evaluation: its id, the rule set's version and content hash (the
-        conventions' policy version and id), and the rules' verdict (before any approval
-        an escalation asks for)."""
-        self.attributes.update(
-            {
-                "cstp.evaluation.id": evaluation_id,
-                "cstp.guardrail.rule_set_version": version,
-                "cstp.guardrail.rule_set_hash": rule_set_hash,
-                "gen_ai.guardrail.policy.id": rule_set_hash,
-                "gen_ai.guardrail.policy.version": version,
-                "gen_ai.guardrail.result.type": "allowed",
-                "gen_ai.guardrail.result.value": "true" if allowed else "false",
-                "cstp.guardrail.violations": violations,
-                "cstp.guardrail.warnings": warnings,
-            }
-        )
-        if self.call.content:
-            self.attributes["cstp.action.description"] = clip(description)
-        if self.own:  # checkGuardrails: the evaluation is the call's audit row
-            self.call.row("guardrail_evaluations", evaluation_id)
-
-
-# ---------------------------------------------------------------- the audit chain's seq
-
-# Rows a running call wrote and waits to learn the chain entry of, by (table, row id); and
-# the entries committed that no call asked for yet (recordDecision learns its decision's id
-# once the group writer has committed it), the most recent RECENT of them.
-_watching: dict[tuple[str, str], CallSpan] = {}
-_recent: OrderedDict[tuple[str, str], int] = OrderedDict()  # the oldest dropped in O(1)
-RECENT = 4096
-
-
-def committed(entries: Sequence[Covered], first: int) -> None:
-    """The audit chain committed ``entries`` with sequence numbers from ``first`` on (an
-    observer of app.audit.chain, which app.asgi registers when tracing starts)."""
-    for offset, entry in enumerate(entries):
-        key = (entry.table, entry.row_id)
-        call = _watching.pop(key, None)
-        if call is not None:
-            call.attributes["cstp.audit.seq"] = first + offset
-            continue
-        _recent[key] = first + offset
-        if len(_recent) > RECENT:
-            _recent.popitem(last=False)

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.scopes import Principal
 
 if TYPE_CHECKING:
-    from app.observability.tracing import CallSpan
+    from app.observability.calls import CallSpan
     from app.services import Services
 
 

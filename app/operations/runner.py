@@ -31,7 +31,8 @@ from .params import decode, ensure_object
 from .registry import Operation
 
 if TYPE_CHECKING:
-    from app.observability.tracing import CallSpan, Tracing
+    from app.observability.calls import CallSpan
+    from app.observability.tracing import Tracing
     from app.services import Services
 
 log = logging.getLogger("cstp.rpc")

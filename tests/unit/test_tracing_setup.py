@@ -10,12 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
-
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from app.config import ConfigError, Settings
-from app.observability import exporters, spans, tracing
+from app.observability import calls, exporters, spans, tracing
 
 ENDPOINT = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
 
@@ -109,20 +108,21 @@ def test_a_row_learns_its_chain_seq_whether_it_is_named_before_or_after_the_comm
 
     made, exporter = in_memory()
 
-    def call(name: str) -> tracing.CallSpan:
-        return tracing.CallSpan(made, name, {}, None)
+    def call(name: str) -> calls.CallSpan:
+        return calls.CallSpan(made, name, {}, None)
 
     with call("before") as before:
         before.row("decision_reviews", "41")
-        tracing.committed(
+        calls.committed(
             [Covered("decision_reviews", "41", "d1"), Covered("decisions", "ab12cd34", "d2")], 7
         )
     with call("after") as after:
         after.row("decisions", "ab12cd34")
     with call("never") as never:
         never.row("intents", "not-committed")
-    assert ("intents", "not-committed") not in tracing._watching
-    seqs = {name: s.attributes.get("cstp.audit.seq") for name, s in finished(made, exporter).items()}
+    assert ("intents", "not-committed") not in calls._watching
+    kept = finished(made, exporter).items()
+    seqs = {name: (s.attributes or {}).get("cstp.audit.seq") for name, s in kept}
     assert seqs == {"before": 7, "after": 8, "never": None}
 
 
@@ -134,7 +134,7 @@ async def test_a_calls_spans_are_made_after_it_with_the_ids_its_log_lines_carry(
 
     made, exporter = in_memory()
     before = time.time_ns()
-    with tracing.CallSpan(made, "search_memory cstp.queryDecisions", {}, "search_memory"):
+    with calls.CallSpan(made, "search_memory cstp.queryDecisions", {}, "search_memory"):
         ids = tracing.current_ids()
         await asyncio.sleep(0.002)
     after = time.time_ns()
@@ -164,7 +164,7 @@ def test_child_spans_are_kept_for_slow_or_failed_work_only(monkeypatch: pytest.M
     and with the work's own start and end."""
     made, exporter = in_memory()
     monkeypatch.setattr(spans, "SLOW_CHILD_NS", 5_000_000)
-    with tracing.CallSpan(made, "call", {}, None):
+    with calls.CallSpan(made, "call", {}, None):
         with spans.span("SELECT", {"db.operation.name": "SELECT"}):
             pass
         with spans.span("embeddings model"):
