@@ -78,6 +78,7 @@ class CallSpan:
         self.start = time.time_ns()
         self._token = _current.set(self)
         self.open = True
+        self.tracing.began()
         return self
 
     def __exit__(

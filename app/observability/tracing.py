@@ -10,8 +10,8 @@ On, the runner opens a ``CallSpan`` (app.observability.calls) around each call
 log lines name them), its attributes, the audit row it wrote with that row's chain sequence
 number, and the work below it worth a span (app.observability.spans: the database, the
 embedder, the vector index, ``apply_guardrail``). When the call ends, its notes wait in
-``Tracing``'s queue and become SDK spans, with the times they were taken at, once the event
-loop has sent the answer: a caller waits for no span to be built. Which attributes each
+``Tracing``'s queue and become SDK spans, with the times they were taken at, once no traced
+call runs: a caller waits for no span to be built. Which attributes each
 span carries: docs/ARCHITECTURE.md, "Tracing".
 
 The base install has the OpenTelemetry API (through chromadb); ``current_ids`` works, and
@@ -25,7 +25,7 @@ import logging
 import os
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from litestar.enums import ScopeType
@@ -55,6 +55,13 @@ if TYPE_CHECKING:
     from app.scopes import Principal
 
 log = logging.getLogger("cstp.tracing")
+
+# When the spans of ended calls are made (``Tracing.ended``): once no traced call runs,
+# looked for every IDLE_CHECK seconds, so that making them delays no caller; on a server
+# that is never idle, once WAITING_MAX calls wait, PER_TURN calls per turn of the event loop.
+IDLE_CHECK = 0.01
+WAITING_MAX = 64
+PER_TURN = 8
 
 #: The GenAI semantic conventions' operation of each CSTP method that has one.
 GENAI_OPERATIONS = {
@@ -112,13 +119,15 @@ class Tracing:
         self.content = content  # CSTP_TRACE_CONTENT: texts in spans
         self.provider: TracerProvider | None = None
         self.tracer: Tracer | None = None
-        # The headers the propagators read (OTEL_PROPAGATORS): a request without any of them
-        # continues no trace, and is spared the extraction.
-        self.fields: frozenset[bytes] = frozenset()
+        # The headers the propagators read (OTEL_PROPAGATORS), as text and as HTTP's bytes: a
+        # request without any of them continues no trace, and is spared the extraction.
+        self.fields: frozenset[str] = frozenset()
+        self.header_fields: frozenset[bytes] = frozenset()
         self._names: dict[str, tuple[str, Attributes]] = {}
         self.ids = ChosenIds()
         self._ended: deque[CallSpan] = deque()  # calls whose spans are yet to be made
-        self._soon = False  # whether the loop is to make them
+        self._timer: asyncio.TimerHandle | None = None  # when the loop next looks at them
+        self.running = 0  # traced calls running now
 
     def start(self) -> None:
         from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415  (on only)
@@ -130,7 +139,8 @@ class Tracing:
         )
         for exporter in self.exporters:
             provider.add_span_processor(BatchSpanProcessor(exporter))
-        self.fields = frozenset(f.lower().encode() for f in propagate.get_global_textmap().fields)
+        self.fields = frozenset(f.lower() for f in propagate.get_global_textmap().fields)
+        self.header_fields = frozenset(f.encode("latin-1") for f in self.fields)
         self.provider = provider
         self.tracer = provider.get_tracer("cstp-server", __version__)
 
@@ -150,6 +160,8 @@ class Tracing:
         """Within it, the trace context the carrier (HTTP headers, MCP ``_meta``) holds is
         current, so the calls made there continue the caller's trace (W3C ``traceparent``
         and ``tracestate``, or what OTEL_PROPAGATORS names)."""
+        if not any(name in carrier for name in self.fields):
+            return nullcontext()
         return _attached(propagate.extract(carrier))
 
     def call(self, method: str, principal: Principal, face: str) -> CallSpan | None:
@@ -181,32 +193,42 @@ class Tracing:
             self._names[method] = known
         return known
 
+    def began(self) -> None:
+        self.running += 1
+
     def ended(self, call: CallSpan) -> None:
-        """A call has ended: its spans are made once the loop has run what is ready now (the
-        answer's sending among it), or at once outside a loop."""
+        """A call has ended: its spans are made once no call runs (checked every
+        ``IDLE_CHECK`` seconds), or once ``WAITING_MAX`` calls wait; at once outside a loop."""
+        self.running -= 1
         self._ended.append(call)
-        if self._soon:
+        if self._timer is not None:
             return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             self.make_spans()
             return
-        self._soon = True
-        loop.call_soon(self._made_soon)
+        self._timer = loop.call_later(IDLE_CHECK, self._when_idle)
 
-    def _made_soon(self) -> None:
-        self._soon = False
-        self.make_spans()
+    def _when_idle(self) -> None:
+        self._timer = None
+        if self.running and len(self._ended) < WAITING_MAX:
+            self._timer = asyncio.get_running_loop().call_later(IDLE_CHECK, self._when_idle)
+            return
+        self.make_spans(PER_TURN)
+        if self._ended:  # the rest at a later turn: calls that arrived meanwhile go first
+            self._timer = asyncio.get_running_loop().call_later(0, self._when_idle)
 
-    def make_spans(self) -> None:
-        """The spans of every ended call, handed to the span processors (which export them in
-        batches, from a thread of their own)."""
-        while self._ended:
+    def make_spans(self, most: int | None = None) -> None:
+        """The spans of the ended calls (``most`` of them at most), handed to the span
+        processors (which export them in batches, from a thread of their own)."""
+        made = 0
+        while self._ended and (most is None or made < most):
             try:
                 call = self._ended.popleft()
             except IndexError:  # another thread (a flush) took the last one
                 return
+            made += 1
             tracer = self.tracer
             if tracer is None:  # shut down
                 continue
@@ -248,7 +270,7 @@ def continue_traces(app: ASGIApp) -> ASGIApp:
         tracing: Tracing | None = (
             scope["app"].state.tracing if scope["type"] == ScopeType.HTTP else None
         )
-        if tracing is None or not any(key in tracing.fields for key, _ in scope["headers"]):
+        if tracing is None or not any(key in tracing.header_fields for key, _ in scope["headers"]):
             await app(scope, receive, send)
             return
         headers = {
