@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import subprocess
@@ -61,6 +62,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--size", type=int, default=300, help="decisions recorded first (300)")
     p.add_argument("--calls", type=int, default=800, help="measured pairs, even (800)")
     p.add_argument("--seed", type=int, default=42, help="RNG seed of the texts")
+    p.add_argument("--out", type=Path, default=None, help="JSON result file")
     args = p.parse_args(argv)
     if args.size < 1 or args.calls < 10 or args.calls % 2:
         p.error("--size must be positive, --calls even and at least 10")
@@ -70,8 +72,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 class Switch:
     """Turns the feature on or off in a started app, between two calls."""
 
-    def __init__(self, app: Any, feature: str) -> None:
-        self.app, self.feature = app, feature
+    def __init__(self, app: Any, feature: str, method: str) -> None:
+        self.app, self.feature, self.method = app, feature, method
+        self.traced = 0  # calls whose spans were made (tracing)
         services = app.state.services
         self._metrics = services.metrics
         self._updates = (self._metrics.call, self._metrics.verdicts)
@@ -91,7 +94,21 @@ class Switch:
         """Between two calls, untimed: the work the feature defers until the server is idle
         (the spans of ended calls), which would otherwise fall on whichever call came next."""
         if self._tracing is not None:
+            self.traced += self._tracing.pending
             self._tracing.make_spans()
+
+    def seen(self) -> int:
+        """The calls of the method the feature has seen so far: the calls counted by the
+        metrics, or those whose spans tracing made (a check that the switch switched)."""
+        if self.feature == "tracing":
+            return self.traced
+        return sum(
+            int(sample.value)
+            for collector in self._metrics.collectors()
+            for family in collector.collect()
+            for sample in family.samples
+            if sample.name == "cstp_calls_total" and sample.labels.get("method") == self.method
+        )
 
 
 def _nothing(*_: Any) -> None:
@@ -130,11 +147,13 @@ async def measure(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
                 await call("cstp.recordDecision", params)
                 if (i + 1) % 100 == 0:
                     print(f"[seed] {i + 1}/{args.size}", file=sys.stderr)
-            switch = Switch(app, args.feature)
+            switch = Switch(app, args.feature, args.method)
             for params in params_for(gen, args.method, 30):  # warm-up, both sides
                 for on in (False, True):
                     switch.set(on)
                     await call(args.method, params)
+            switch.settle()
+            seen_before = switch.seen()
             times: dict[bool, list[float]] = {False: [], True: []}
             diffs = []
             for i, params in enumerate(params_for(gen, args.method, args.calls)):
@@ -147,6 +166,7 @@ async def measure(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
                     times[on].append(took[on])
                     switch.settle()
                 diffs.append(took[True] - took[False])
+            seen = switch.seen() - seen_before
             switch.set(True)
     paired = blocks(diffs)
     low, high = median_interval(paired)
@@ -154,6 +174,7 @@ async def measure(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         "feature": args.feature,
         "method": args.method,
         "pairs": args.calls,
+        "seenByFeature": seen,  # the measured calls it was on for: should be ``pairs``
         "offP50": round(statistics.median(times[False]), 3),
         "onP50": round(statistics.median(times[True]), 3),
         "medianDiffMs": round(statistics.median(paired), 3),
@@ -185,12 +206,21 @@ def main(argv: list[str] | None = None) -> int:
             report = with_sink(lambda: asyncio.run(measure(args, folder)))
         else:
             report = asyncio.run(measure(args, folder))
+    if args.out is not None:
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
     low, high = report["medianDiff95"]
     print(
         f"{report['method']}, {report['feature']} on - off over {report['pairs']} pairs: "
         f"{report['medianDiffMs']:+.3f} ms [{low:+.3f}, {high:+.3f}] "
         f"(p50 off {report['offP50']}, on {report['onP50']})"
     )
+    if report["seenByFeature"] != report["pairs"]:
+        print(
+            f"the switch failed: {report['feature']} saw {report['seenByFeature']} of the "
+            f"{report['pairs']} calls it was on for",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -219,6 +219,11 @@ class Tracing:
         if self._ended:  # the rest at a later turn: calls that arrived meanwhile go first
             self._timer = asyncio.get_running_loop().call_later(0, self._when_idle)
 
+    @property
+    def pending(self) -> int:
+        """Ended calls whose spans are yet to be made."""
+        return len(self._ended)
+
     def make_spans(self, most: int | None = None) -> None:
         """The spans of the ended calls (``most`` of them at most), handed to the span
         processors (which export them in batches, from a thread of their own)."""
