@@ -194,6 +194,7 @@ class Tracing:
         return known
 
     def began(self) -> None:
+        """A traced call has begun (``CallSpan``): while one runs, no span is made."""
         self.running += 1
 
     def ended(self, call: CallSpan) -> None:
