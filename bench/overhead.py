@@ -8,6 +8,7 @@ the same moment, so what is left is the feature's own work on a call's path:
 
     python -m bench.overhead --feature metrics --method cstp.announceIntent
     python -m bench.overhead --feature tracing --method cstp.queryDecisions --calls 1200
+    python -m bench.overhead --feature none     # A/A: what the harness itself resolves
 
 - ``metrics``: the runner's and the guardrails' instrument updates (in the multiprocess
   mode ``cstp serve`` uses) against none;
@@ -57,7 +58,12 @@ TOKEN = "bench-overhead-token"
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.overhead", description=__doc__.split("\n")[0])
-    p.add_argument("--feature", choices=("metrics", "tracing"), required=True)
+    p.add_argument(
+        "--feature",
+        choices=("metrics", "tracing", "none"),
+        required=True,
+        help="none: an A/A run, nothing switched (the harness's own resolution)",
+    )
     p.add_argument("--method", choices=METHODS, default="cstp.announceIntent")
     p.add_argument("--size", type=int, default=300, help="decisions recorded first (300)")
     p.add_argument("--calls", type=int, default=800, help="measured pairs, even (800)")
@@ -83,6 +89,8 @@ class Switch:
             raise SystemExit("tracing did not start: is the otel extra installed?")
 
     def set(self, on: bool) -> None:
+        if self.feature == "none":
+            return
         if self.feature == "metrics":
             update = self._updates if on else (_nothing, _nothing)
             self._metrics.call, self._metrics.verdicts = update
@@ -97,9 +105,12 @@ class Switch:
             self.traced += self._tracing.pending
             self._tracing.make_spans()
 
-    def seen(self) -> int:
+    def seen(self) -> int | None:
         """The calls of the method the feature has seen so far: the calls counted by the
-        metrics, or those whose spans tracing made (a check that the switch switched)."""
+        metrics, or those whose spans tracing made (a check that the switch switched); None
+        when nothing is switched."""
+        if self.feature == "none":
+            return None
         if self.feature == "tracing":
             return self.traced
         return sum(
@@ -166,7 +177,8 @@ async def measure(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
                     times[on].append(took[on])
                     switch.settle()
                 diffs.append(took[True] - took[False])
-            seen = switch.seen() - seen_before
+            seen_after = switch.seen()
+            seen = None if seen_after is None or seen_before is None else seen_after - seen_before
             switch.set(True)
     paired = blocks(diffs)
     low, high = median_interval(paired)
@@ -214,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{report['medianDiffMs']:+.3f} ms [{low:+.3f}, {high:+.3f}] "
         f"(p50 off {report['offP50']}, on {report['onP50']})"
     )
-    if report["seenByFeature"] != report["pairs"]:
+    if report["seenByFeature"] not in (None, report["pairs"]):
         print(
             f"the switch failed: {report['feature']} saw {report['seenByFeature']} of the "
             f"{report['pairs']} calls it was on for",

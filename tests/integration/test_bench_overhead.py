@@ -18,10 +18,16 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize(
-    ("feature", "method"),
-    [("metrics", "cstp.announceIntent"), ("tracing", "cstp.queryDecisions")],
+    ("feature", "method", "seen"),
+    [
+        ("metrics", "cstp.announceIntent", 10),
+        ("tracing", "cstp.queryDecisions", 10),
+        ("none", "cstp.checkGuardrails", None),  # A/A: nothing to count
+    ],
 )
-def test_the_feature_is_on_for_half_of_the_calls(tmp_path: Path, feature: str, method: str) -> None:
+def test_the_feature_is_on_for_half_of_the_calls(
+    tmp_path: Path, feature: str, method: str, seen: int | None
+) -> None:
     out = tmp_path / "overhead.json"
     argv = ["--feature", feature, "--method", method, "--size", "20", "--calls", "10"]
     done = subprocess.run(
@@ -35,6 +41,6 @@ def test_the_feature_is_on_for_half_of_the_calls(tmp_path: Path, feature: str, m
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(out.read_text())
     assert (report["feature"], report["method"], report["pairs"]) == (feature, method, 10)
-    assert report["seenByFeature"] == 10
+    assert report["seenByFeature"] == seen
     assert report["offP50"] > 0 and report["onP50"] > 0
     assert f"{feature} on - off over 10 pairs" in done.stdout
