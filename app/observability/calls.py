@@ -131,8 +131,9 @@ class CallSpan:
 
 @contextmanager
 def _guardrail_child(call: CallSpan) -> Iterator[Guardrail]:
-    with note(call, APPLY_GUARDRAIL, {"gen_ai.operation.name": APPLY_GUARDRAIL}) as work:
-        yield Guardrail(call, work.attributes, own=False)
+    attributes: Attributes = {"gen_ai.operation.name": APPLY_GUARDRAIL}
+    with note(call, APPLY_GUARDRAIL, attributes):
+        yield Guardrail(call, attributes, own=False)
 
 
 class Guardrail:

@@ -90,12 +90,17 @@ def span(
 class _Timed:
     """``span``'s block (a class: this runs around every read of a traced call)."""
 
-    __slots__ = ("attributes", "call", "name", "start")
+    __slots__ = ("always", "attributes", "call", "name", "start")
 
     def __init__(
-        self, call: CallSpan, name: str, attributes: Mapping[str, AttributeValue] | None
+        self,
+        call: CallSpan,
+        name: str,
+        attributes: Mapping[str, AttributeValue] | None,
+        *,
+        always: bool = False,
     ) -> None:
-        self.call, self.name, self.attributes = call, name, attributes
+        self.call, self.name, self.attributes, self.always = call, name, attributes, always
         self.start = 0
 
     def __enter__(self) -> None:
@@ -107,7 +112,8 @@ class _Timed:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        _noted(self.call, self.name, self.attributes, self.start, exc, ok=exc is None)
+        ok = exc is None
+        _noted(self.call, self.name, self.attributes, self.start, exc, ok=ok, keep=self.always)
 
 
 def _noted(
@@ -118,11 +124,13 @@ def _noted(
     error: BaseException | None,
     *,
     ok: bool,
+    keep: bool = False,
 ) -> None:
     """The work that ran from ``start`` until now, noted in the call when it was slow enough
-    to keep or failed (a failure is always worth a span), and while the call still runs."""
+    to keep, failed (a failure is always worth a span) or is to be kept anyway, and while the
+    call still runs."""
     end = time.time_ns()
-    if (end - start < SLOW_CHILD_NS and ok) or not call.open:
+    if (end - start < SLOW_CHILD_NS and ok and not keep) or not call.open:
         return
     work = Work(name, dict(attributes or {}), start)
     work.end = end
@@ -158,31 +166,8 @@ def ended(made: Started, *, ok: bool = True) -> None:
     _noted(made.call, made.name, made.attributes, made.start, None, ok=ok)
 
 
-def note(call: CallSpan, name: str, attributes: Attributes) -> _Noting:
+def note(call: CallSpan, name: str, attributes: Attributes) -> AbstractContextManager[None]:
     """A child span of ``call`` around a ``with`` block, kept however quick the block was
-    (``apply_guardrail``: the issue's span of every evaluation); its ``attributes`` may be
-    added to inside the block."""
-    return _Noting(call, Work(name, attributes, 0))
-
-
-class _Noting:
-    __slots__ = ("call", "work")
-
-    def __init__(self, call: CallSpan, work: Work) -> None:
-        self.call, self.work = call, work
-
-    def __enter__(self) -> Work:
-        self.work.start = time.time_ns()
-        return self.work
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.work.end = time.time_ns()
-        if exc is not None:
-            self.work.failed(exc)
-        if self.call.open:
-            self.call.children.append(self.work)
+    (``apply_guardrail``: the issue's span of every evaluation). ``attributes`` may be added
+    to inside the block: the span takes them as they are when it ends."""
+    return _Timed(call, name, attributes, always=True)
